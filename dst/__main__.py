@@ -1,0 +1,3 @@
+from dst.cli import main
+
+main()

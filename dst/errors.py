@@ -1,0 +1,48 @@
+"""One error tree for everything dst reports.
+
+User-facing errors carry the culprit and the fix in one line; the CLI turns each
+into that line and an exit status (``exit_code``), never a traceback.  Internal
+invariant breaks are :class:`InternalError` ("please report it").
+"""
+
+from __future__ import annotations
+
+
+class DstError(Exception):
+    """Base of every error dst raises on purpose."""
+
+    #: Exit status the CLI uses when this error reaches it.
+    exit_code = 2
+
+
+class UsageError(DstError):
+    """Bad input from the user: an unknown scenario, an ill-typed switch, ..."""
+
+
+class TraceFormatError(DstError):
+    """A trace file that is not a valid dst trace (truncated, edited, foreign, ...)."""
+
+
+class DivergenceError(DstError):
+    """A replay made a different choice, or produced a different record, than the trace."""
+
+    exit_code = 3
+
+
+class NondeterminismError(DstError):
+    """Code inside a simulated run touched the real world (wall clock, global random, ...)."""
+
+
+class ProcessCrashed(BaseException):
+    """Raised into a crashed process that still tries to touch the world.
+
+    A ``BaseException`` so that an ``except Exception`` in the code under test cannot
+    swallow it and carry on as if the crash had not happened.
+    """
+
+
+class InternalError(DstError):
+    """A broken invariant inside dst itself."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"internal error in dst - please report it: {message}")

@@ -1,0 +1,1 @@
+"""Bulk runs: seeds in batches, worker processes, results and summaries."""

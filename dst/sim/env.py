@@ -1,0 +1,96 @@
+"""The simulated side of ``dst.env``: each call parks at a choice point first."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..env import Json, Message
+
+if TYPE_CHECKING:
+    from .kernel import Sim
+    from .process import Process
+    from .store import SimStore
+
+
+class SimClock:
+    """Virtual time; a sleep is a trio deadline whose firing the scheduler chooses."""
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    async def sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+
+class SimStoreHandle:
+    """One process's connection to a durable store."""
+
+    __slots__ = ("_sim", "_store", "_proc", "_name")
+
+    def __init__(self, sim: Sim, store: SimStore, proc: Process) -> None:
+        self._sim, self._store, self._proc = sim, store, proc
+        self._name = store.name
+
+    async def get(self, key: str) -> Json:
+        await self._sim.enter(self._proc, f"{self._name}.get({key})")
+        return self._store.get(key)  # type: ignore[no-any-return]
+
+    async def put(self, key: str, value: Json) -> None:
+        await self._sim.enter(self._proc, f"{self._name}.put({key})")
+        self._store.put(key, value)
+
+    async def cas(self, key: str, expected: Json, new: Json) -> bool:
+        await self._sim.enter(self._proc, f"{self._name}.cas({key})")
+        return self._store.cas(key, expected, new)
+
+    async def delete(self, key: str) -> None:
+        await self._sim.enter(self._proc, f"{self._name}.delete({key})")
+        self._store.delete(key)
+
+    async def scan(self, prefix: str) -> list[tuple[str, Json]]:
+        await self._sim.enter(self._proc, f"{self._name}.scan({prefix})")
+        return self._store.scan(prefix)
+
+
+class SimTransport:
+    __slots__ = ("_sim", "_proc")
+
+    def __init__(self, sim: Sim, proc: Process) -> None:
+        self._sim, self._proc = sim, proc
+
+    async def send(self, dest: str, body: Json) -> None:
+        await self._sim.enter(self._proc, f"send({dest})")
+        self._sim.net.post(self._proc.name, dest, body)
+
+    async def recv(self) -> Message:
+        proc = self._proc
+        if proc.state != "running":
+            await self._sim.refuse(proc, "recv")
+        return await proc.receive()
+
+
+class SimServices:
+    __slots__ = ("_sim", "_proc")
+
+    def __init__(self, sim: Sim, proc: Process) -> None:
+        self._sim, self._proc = sim, proc
+
+    async def call(self, service: str, op: str, request: Json) -> Json:
+        sim = self._sim
+        handler = sim.services.get(service)
+        if handler is None:
+            known = ", ".join(sorted(sim.services)) or "none"
+            raise LookupError(
+                f"no service {service!r} in this scenario (registered: {known}); "
+                "register it with sim.service(name, handler)"
+            )
+        await sim.enter(self._proc, f"call:{service}.{op}")
+        frozen = json.loads(json.dumps(request))
+        reply = handler(op, frozen)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        return json.loads(json.dumps(reply))  # type: ignore[no-any-return]

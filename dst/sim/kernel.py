@@ -1,0 +1,444 @@
+"""The controlled scheduler: one simulated run of a system under test.
+
+Design
+------
+A *choice point* is any call the code under test makes through its ``Env``
+(a store read or write, a send, a service call): the calling task records what
+it is about to do and parks.  Timers and messages in flight are choice points
+too, owned by nobody.  Code between two choice points runs without interruption
+from dst (trio may still interleave tasks that become runnable together; their
+order comes from trio's generator, which is reseeded per run).
+
+When every task is blocked (*quiescence*, detected by :class:`VirtualClock`),
+the kernel lists the enabled options in a stable order (tasks sorted by label,
+then messages by id, then the next timer, then faults), checks the invariants
+against the state the last step left, and asks the :class:`Strategy` for one
+option.  It records the decision, performs it (reschedule one task, deliver /
+drop / duplicate one message, jump the clock to the next deadline, crash or
+restart one process) and hands control back to trio.  The run therefore is a
+pure function of the scenario, its config, the seed and the strategy; the
+decision records are exactly what a replay must force.
+
+A hard crash is not a cancellation, although it uses one to unwind: the
+process is marked dead *first*, so that every ``finally``/``except`` block that
+runs while its tasks unwind finds each ``Env`` call refused (and recorded),
+and its volatile state is dropped; a restart runs its ``main`` again with fresh
+memory over the same durable stores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import trio
+import trio.lowlevel as ll
+
+from ..errors import DivergenceError, ProcessCrashed
+from .clock import VirtualClock
+from .faults import NO_FAULTS, FaultPlan
+from .net import Network
+from .process import CRASHED, RUNNING, Process
+from .store import SimStore
+from .strategy import Strategy
+
+#: Steps after which a run stops with verdict "pass (bounded)".  Large enough
+#: for every shipped scenario to reach quiescence; small enough that a livelock
+#: (a timer that re-arms forever) costs milliseconds, not a hung worker.
+DEFAULT_MAX_STEPS = 5000
+
+Invariant = Callable[[], object]
+
+# Option kinds (ints: compared on the hot path).
+_TASK, _TIMER, _DELIVER, _DROP, _DUP, _CRASH, _RESTART = range(7)
+
+class RunStopped(BaseException):
+    """Unwinds a task when the run stops mid-step (a replay diverged at a data choice)."""
+
+
+#: The run currently executing in this thread (set while its tasks run), for
+#: the structlog processor and the guard, which have no other way to find it.
+ACTIVE: list[Sim] = []
+
+
+def canonical(value: object) -> str:
+    """Canonical JSON: sorted keys, no NaN, UTF-8 as is."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+class Sim:
+    """One simulated run.  Scenarios build the system on it in their ``setup``."""
+
+    def __init__(
+        self,
+        seed: int,
+        strategy: Strategy,
+        *,
+        faults: FaultPlan = NO_FAULTS,
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ) -> None:
+        self.seed = seed
+        self.strategy = strategy
+        self.faults = faults
+        self.max_steps = max_steps
+        #: Decisions taken so far; records are stamped with it.
+        self.step = 0
+        #: Trace records as tuples; rendered to JSON only when asked.
+        self.records: list[tuple[Any, ...]] = []
+        self.processes: dict[str, Process] = {}
+        self.stores: dict[str, SimStore] = {}
+        self.services: dict[str, Callable[[str, Any], Any]] = {}
+        self.net = Network(self)
+        self.violated: list[str] = []
+        self.divergence: DivergenceError | None = None
+        #: Why the run ended: "quiescent", "bound", "violation", "diverged".
+        self.ended: str | None = None
+        self.crashes_left = faults.max_crashes
+        self.drops_left = faults.max_drops
+        self.dups_left = faults.max_dups
+        self._invariants: list[tuple[str, Invariant]] = []
+        self._end_checks: list[tuple[str, Invariant]] = []
+        self._parked: dict[ll.Task, str] = {}
+        self._task_labels: dict[ll.Task, str] = {}
+        self._label_owner: dict[str, ll.Task] = {}
+        self._clock: VirtualClock | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stopping = False
+
+    # -- building the system (called from a scenario's setup) -----------------
+
+    def store(self, name: str) -> SimStore:
+        """The durable store ``name`` (created empty on first use); survives crashes."""
+        store = self.stores.get(name)
+        if store is None:
+            store = self.stores[name] = SimStore(name)
+        return store
+
+    def process(
+        self,
+        name: str,
+        main: Callable[[Any], Awaitable[object]],
+        *,
+        stores: Sequence[str] = (),
+        crashable: bool = True,
+    ) -> Process:
+        """Start ``main(env)`` as process ``name``, connected to the named stores."""
+        if name in self.processes:
+            raise ValueError(f"a process named {name!r} already exists in this run")
+        for store_name in stores:
+            self.store(store_name)
+        proc = Process(self, name, main, tuple(stores), crashable)
+        self.processes[name] = proc
+        if self._nursery is not None:
+            proc.start(self._nursery)
+        return proc
+
+    def service(self, name: str, handler: Callable[[str, Any], Any]) -> None:
+        """Register a fake outside service: ``handler(op, request) -> reply``."""
+        self.services[name] = handler
+
+    def invariant(self, name: str, check: Invariant) -> None:
+        """``check()`` runs after every step: ``True`` holds; ``False`` or a message breaks it."""
+        self._invariants.append((name, check))
+
+    def at_end(self, name: str, check: Invariant) -> None:
+        """``check()`` runs once when the run reaches quiescence."""
+        self._end_checks.append((name, check))
+
+    def choose(self, label: str, options: Sequence[str]) -> str:
+        """A data choice (what the fake LLM picks, whether a supplier fails...).
+
+        Recorded like a scheduling decision, so replay forces it and search can
+        branch on it.  ``options`` must be in a stable order.
+        """
+        if not options:
+            raise ValueError(f"choose({label!r}) needs at least one option")
+        labels = [f"{label}:{o}" for o in options]
+        self.step += 1
+        try:
+            index = self.strategy.choose(self.step, labels, None)
+        except DivergenceError as exc:
+            self.divergence = exc
+            self._stop("diverged")
+            raise RunStopped("the run diverged from its trace") from None
+        self.records.append(("decision", self.step, self.now, "data", tuple(labels), index))
+        return options[index]
+
+    def rng(self, purpose: str) -> random.Random:
+        """A generator derived from the seed and ``purpose`` (for fakes)."""
+        return random.Random(f"dst/{self.seed}/{purpose}")
+
+    @property
+    def now(self) -> float:
+        return self._clock.now if self._clock is not None else 0.0
+
+    # -- what the code under test reaches through Env -------------------------
+
+    def event(self, actor: str, event: str, fields: dict[str, Any]) -> None:
+        """Record a runtime event (the structlog processor lands here)."""
+        self.records.append(
+            ("event", self.step, self.now, actor, event, canonical_fields(fields))
+        )
+
+    def fault(self, what: str, target: str, detail: str = "") -> None:
+        self.records.append(("fault", self.step, self.now, what, target, detail))
+
+    def actor(self) -> str:
+        """Who is running now: the current task's label, or its process's name."""
+        try:
+            task = ll.current_task()
+        except RuntimeError:
+            return "dst"
+        label = self._task_labels.get(task)
+        if label is not None:
+            return label
+        proc = Process.current()
+        return proc.name if proc is not None else "dst"
+
+    async def enter(self, proc: Process, op: str) -> None:
+        """Park the calling task at a choice point until the strategy picks it."""
+        if proc.state is not RUNNING:
+            await self.refuse(proc, op)
+        if self._stopping:
+            await trio.sleep_forever()  # the root scope is cancelled: raises Cancelled
+        task = ll.current_task()
+        label = self._task_labels.get(task)
+        if label is None:
+            label = self._label_task(task, proc)
+        parked = self._parked
+        parked[task] = f"{label}@{op}"
+
+        def abort(_: object) -> ll.Abort:
+            parked.pop(task, None)
+            return ll.Abort.SUCCEEDED
+
+        await ll.wait_task_rescheduled(abort)
+
+    async def refuse(self, proc: Process, op: str) -> None:
+        """A crashed process tried to touch the world: record it, then unwind."""
+        self.fault("refused", proc.name, op)
+        await ll.checkpoint()  # raises Cancelled: the process's scope is cancelled
+        raise ProcessCrashed(f"process {proc.name} has crashed; {op} refused")
+
+    def release_labels(self, proc: Process) -> None:
+        """A restarted process's new tasks take the labels its dead ones had."""
+        prefix = proc.name + "/"
+        for label in [lb for lb in self._label_owner if lb == proc.name or lb.startswith(prefix)
+                      or lb.startswith(proc.name + "#")]:
+            task = self._label_owner.pop(label)
+            self._task_labels.pop(task, None)
+
+    def _label_task(self, task: ll.Task, proc: Process) -> str:
+        if task is proc.main_task:
+            base = proc.name
+        else:
+            base = f"{proc.name}/{task.name.rsplit('.', 1)[-1]}"
+        label, n = base, 1
+        while label in self._label_owner and self._label_owner[label] is not task:
+            n += 1
+            label = f"{base}#{n}"
+        self._label_owner[label] = task
+        self._task_labels[task] = label
+        return label
+
+    # -- the scheduler --------------------------------------------------------
+
+    def on_quiescence(self, deadline: float) -> float:
+        """Every task is blocked: check, choose one option, perform it."""
+        clock = self._clock
+        assert clock is not None
+        if self._stopping:
+            return 0.0
+        if deadline <= clock.now:
+            return 0.0  # trio expires it in this very pass; nothing to choose
+        if self._check_invariants():
+            return 0.0
+        options = self._options(deadline)
+        if not options:
+            self._stop("quiescent")
+            return 0.0
+        if self.step >= self.max_steps:
+            self._stop("bound")
+            return 0.0
+        self.step += 1
+        labels = [o[0] for o in options]
+        weights: list[float] | None = None
+        for o in options:
+            if o[1] != 1.0:
+                weights = [o[1] for o in options]
+                break
+        try:
+            index = self.strategy.choose(self.step, labels, weights)
+        except DivergenceError as exc:
+            self.divergence = exc
+            self._stop("diverged")
+            return 0.0
+        self.records.append(
+            ("decision", self.step, clock.now, "schedule", tuple(labels), index)
+        )
+        self._perform(options[index], clock)
+        return 0.0
+
+    def _options(self, deadline: float) -> list[tuple[str, float, int, Any]]:
+        options: list[tuple[str, float, int, Any]] = []
+        parked = self._parked
+        if parked:
+            if len(parked) == 1:
+                for task, label in parked.items():
+                    options.append((label, 1.0, _TASK, task))
+            else:
+                for task, label in sorted(parked.items(), key=_by_label):
+                    options.append((label, 1.0, _TASK, task))
+        if self.net.in_flight:
+            self.net.add_options(options)
+        if not math.isinf(deadline):
+            options.append((f"timer@{deadline:.3f}", 1.0, _TIMER, deadline))
+        if self.crashes_left > 0 or any(p.state is CRASHED for p in self.processes.values()):
+            for proc in self.processes.values():
+                if proc.state is RUNNING and proc.crashable and self.crashes_left > 0:
+                    options.append(
+                        (f"crash:{proc.name}", self.faults.crash_weight, _CRASH, proc)
+                    )
+                elif proc.state is CRASHED:
+                    options.append((f"restart:{proc.name}", 1.0, _RESTART, proc))
+        return options
+
+    def _perform(self, option: tuple[str, float, int, Any], clock: VirtualClock) -> None:
+        kind, target = option[2], option[3]
+        if kind == _TASK:
+            del self._parked[target]
+            ll.reschedule(target)
+        elif kind == _TIMER:
+            clock.now = target
+        elif kind == _DELIVER:
+            self.net.deliver(target)
+        elif kind == _DROP:
+            self.drops_left -= 1
+            self.net.drop(target)
+        elif kind == _DUP:
+            self.dups_left -= 1
+            self.net.duplicate(target)
+        elif kind == _CRASH:
+            self.crashes_left -= 1
+            target.crash()
+        elif kind == _RESTART:
+            assert self._nursery is not None
+            target.restart(self._nursery)
+
+    def _check_invariants(self) -> bool:
+        """Run every invariant; on the first violation record it, stop, return True."""
+        for name, check in self._invariants:
+            result = check()
+            if result is True:
+                continue
+            message = _violation_message(name, result)
+            self._violate(name, message)
+            return True
+        return False
+
+    def _violate(self, name: str, message: str) -> None:
+        self.records.append(("violation", self.step, self.now, name, message))
+        if name not in self.violated:
+            self.violated.append(name)
+        self._stop("violation")
+
+    def _stop(self, why: str) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self.ended = why
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def uncaught(self, proc: Process, exc: BaseException) -> None:
+        """A process raised: that is a finding, not a dst failure."""
+        leaf = exc
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        self._violate(
+            "NoUncaughtError",
+            f"{proc.name} raised {type(leaf).__name__}: {leaf}",
+        )
+
+    # -- running --------------------------------------------------------------
+
+    async def run(self, clock: VirtualClock, setup: Callable[[Sim], None]) -> None:
+        """Run to the end inside an already running ``trio.run`` driven by ``clock``."""
+        from .trio_determinism import reseed_trio
+
+        self._clock = clock
+        clock.reset()
+        reseed_trio(f"dst-trio/{self.seed}")
+        ACTIVE.append(self)
+        clock.on_quiescence = self.on_quiescence
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                setup(self)
+            if self.ended is None:
+                self.ended = "quiescent"
+            if self.ended == "quiescent":
+                self._stopping = False
+                if not self._check_invariants():
+                    self._run_end_checks()
+        finally:
+            clock.on_quiescence = None
+            ACTIVE.pop()
+            self._parked.clear()
+            self._task_labels.clear()
+            self._label_owner.clear()
+            self._nursery = None
+
+    def _run_end_checks(self) -> None:
+        for name, check in self._end_checks:
+            result = check()
+            ok = result is True
+            message = "" if ok else _violation_message(name, result)
+            self.records.append(("check", self.step, self.now, name, ok, message))
+            if not ok:
+                self.records.append(("violation", self.step, self.now, name, message))
+                if name not in self.violated:
+                    self.violated.append(name)
+
+    @property
+    def verdict(self) -> str:
+        return "fail" if self.violated else "pass"
+
+
+def _by_label(item: tuple[ll.Task, str]) -> str:
+    return item[1]
+
+
+def _violation_message(name: str, result: object) -> str:
+    if result is False:
+        return f"{name} does not hold"
+    if isinstance(result, str):
+        return result
+    raise TypeError(
+        f"invariant {name} returned {result!r}; return True when it holds, "
+        "False or a message when it is violated"
+    )
+
+
+_IMMUTABLE = (int, str, float, bool, type(None))
+
+
+def canonical_fields(fields: dict[str, Any]) -> Any:
+    """Snapshot an event's fields now, so a later mutation cannot leak into the trace.
+
+    Scalar-only fields (the common case) are kept as a dict, which is cheap;
+    anything else is frozen as canonical JSON text.
+    """
+    for v in fields.values():
+        if type(v) not in _IMMUTABLE:
+            break
+    else:
+        return fields
+    return json.dumps(
+        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
+    )

@@ -1,0 +1,71 @@
+"""Simulated links: every message in flight can be delivered, dropped or duplicated.
+
+Each message in flight is its own option, so delivering in any order (reordering)
+and letting a timer fire first (delay) need no special mechanism; drop and
+duplicate are offered with the fault plan's weights while its budgets last.
+Delivery to a crashed process loses the message (its socket died with it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..env import Message
+
+if TYPE_CHECKING:
+    from .kernel import Sim
+
+_DELIVER, _DROP, _DUP = 2, 3, 4  # must match the kernel's option kinds
+
+
+@dataclass
+class InFlight:
+    id: str
+    source: str
+    dest: str
+    body: str  # canonical JSON: what was sent, frozen at send time
+
+
+class Network:
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.in_flight: dict[str, InFlight] = {}
+        self._next = 0
+
+    def post(self, source: str, dest: str, body: Any) -> str:
+        self._next += 1
+        mid = f"m{self._next}"
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        self.in_flight[mid] = InFlight(mid, source, dest, text)
+        return mid
+
+    def add_options(self, options: list[tuple[str, float, int, Any]]) -> None:
+        sim = self.sim
+        faults = sim.faults
+        for m in self.in_flight.values():
+            route = f"{m.id}({m.source}->{m.dest})"
+            options.append((f"deliver:{route}", 1.0, _DELIVER, m))
+            if sim.drops_left > 0:
+                options.append((f"drop:{route}", faults.drop_weight, _DROP, m))
+            if sim.dups_left > 0:
+                options.append((f"dup:{route}", faults.dup_weight, _DUP, m))
+
+    def deliver(self, m: InFlight) -> None:
+        del self.in_flight[m.id]
+        proc = self.sim.processes.get(m.dest)
+        if proc is None or proc.state != "running":
+            self.sim.fault("lost", m.id, f"{m.dest} is not running")
+            return
+        proc.deliver(Message(m.source, json.loads(m.body)))
+
+    def drop(self, m: InFlight) -> None:
+        del self.in_flight[m.id]
+        self.sim.fault("drop", m.id, f"{m.source}->{m.dest}")
+
+    def duplicate(self, m: InFlight) -> None:
+        self._next += 1
+        copy = InFlight(f"m{self._next}", m.source, m.dest, m.body)
+        self.in_flight[copy.id] = copy
+        self.sim.fault("dup", m.id, f"copy {copy.id}")

@@ -1,0 +1,84 @@
+"""A simulated durable store: survives crashes; every call is a choice point.
+
+Values are kept as canonical JSON text, so what a process wrote can never alias
+its volatile memory, and a peek by an invariant sees exactly what is durable.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+#: Values of these types are immutable, so they are stored as they are: no
+#: aliasing is possible and the JSON round trip (most of a store call's cost in
+#: a hot run) is skipped.
+_SCALARS = (int, str, float, bool)
+
+
+def _encode(key: str, value: Any) -> Any:
+    if type(value) in _SCALARS:
+        if type(value) is float and value != value:
+            raise TypeError(f"store value for key {key!r} is NaN, which JSON cannot hold")
+        return value
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"store value for key {key!r} is not JSON ({type(value).__name__}): {exc}"
+        ) from None
+
+
+class SimStore:
+    """The durable state itself.  Observers (invariants) read it with ``peek``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        #: key -> a scalar, or the canonical JSON text of a list/dict.
+        self.data: dict[str, Any] = {}
+        self._texts: dict[str, str] = {}
+
+    def peek(self, key: str) -> Any:
+        raw = self.data.get(key)
+        if raw is None or key not in self._texts:
+            return raw
+        return json.loads(raw)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {k: self.peek(k) for k in sorted(self.data)}
+
+    # Operations, applied atomically when the calling task is resumed.
+
+    def get(self, key: str) -> Any:
+        return self.peek(key)
+
+    def put(self, key: str, value: Any) -> None:
+        if value is None:  # as in dst.runtime's stores: storing None deletes
+            self.data.pop(key, None)
+            self._texts.pop(key, None)
+            return
+        encoded = _encode(key, value)
+        self.data[key] = encoded
+        if type(value) in _SCALARS:
+            self._texts.pop(key, None)
+        else:
+            self._texts[key] = encoded
+
+    def cas(self, key: str, expected: Any, new: Any) -> bool:
+        current = self.data.get(key)
+        want = None if expected is None else _encode(key, expected)
+        if (
+            current != want
+            or type(current) is not type(want)
+            or (key in self._texts) != (type(expected) not in _SCALARS and expected is not None)
+        ):
+            return False
+        self.put(key, new)
+        return True
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+        self._texts.pop(key, None)
+
+    def scan(self, prefix: str) -> list[tuple[str, Any]]:
+        return [(k, self.peek(k)) for k in sorted(self.data) if k.startswith(prefix)]

@@ -1,0 +1,87 @@
+"""Strategies: who picks among the enabled options at a choice point.
+
+A strategy sees only labels and weights, never tasks or messages, so that the
+same interface serves a seeded random walk, a replay of a recorded trace, and
+(later) PCT or bounded exhaustive search: each of these is a different answer
+to "which of these N options now?".
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..errors import DivergenceError
+
+
+class Strategy(Protocol):
+    #: Name written to the trace header (``random``, ``replay``, ...).
+    name: str
+
+    def choose(
+        self, step: int, labels: Sequence[str], weights: Sequence[float] | None
+    ) -> int:
+        """Index of the option to take.  ``weights`` is None when all are 1.0."""
+        ...
+
+
+class RandomWalk:
+    """Seeded random walk: each step picks an enabled option in proportion to its weight."""
+
+    name = "random"
+
+    def __init__(self, seed: int) -> None:
+        # A string seed is hashed with SHA-512 by ``random``: stable across
+        # processes and PYTHONHASHSEED, unlike hashing a tuple.
+        self._rng = random.Random(f"dst-schedule/{seed}")
+
+    def choose(
+        self, step: int, labels: Sequence[str], weights: Sequence[float] | None
+    ) -> int:
+        n = len(labels)
+        if n == 1:
+            return 0
+        if weights is None:
+            return int(self._rng.random() * n)
+        total = 0.0
+        for w in weights:
+            total += w
+        x = self._rng.random() * total
+        for i, w in enumerate(weights):
+            x -= w
+            if x < 0:
+                return i
+        return n - 1
+
+
+class Replay:
+    """Forces the choices recorded in a trace, checking the enabled options first.
+
+    A different enabled list at a step means the code under test (or its
+    environment) no longer behaves as it did when the trace was recorded: that
+    is a divergence, reported at its first step rather than as a confusing
+    difference many records later.
+    """
+
+    name = "replay"
+
+    def __init__(self, decisions: Sequence[tuple[Sequence[str], int]]) -> None:
+        self._decisions = decisions
+
+    def choose(
+        self, step: int, labels: Sequence[str], weights: Sequence[float] | None
+    ) -> int:
+        if step > len(self._decisions):
+            raise DivergenceError(
+                f"diverged at step {step}: the trace ends after step "
+                f"{len(self._decisions)}, but the run has more to do "
+                f"(enabled: {', '.join(labels)})"
+            )
+        expected, chosen = self._decisions[step - 1]
+        if list(expected) != list(labels):
+            raise DivergenceError(
+                f"diverged at step {step}: expected enabled [{', '.join(expected)}], "
+                f"got [{', '.join(labels)}]"
+            )
+        return chosen

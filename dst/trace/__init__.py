@@ -1,0 +1,1 @@
+"""Traces: the record of one run, its JSON Lines codec, hashing, replay and renderers."""

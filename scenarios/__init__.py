@@ -1,0 +1,1 @@
+"""The shipped scenarios: one module each, with a module-level ``scenario``."""
