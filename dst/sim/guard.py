@@ -160,9 +160,37 @@ def _user_modules() -> list[ModuleType]:
     return mods
 
 
+class Guard:
+    """Installs the traps; ``restore()`` undoes them (idempotent, safe in any ``finally``)."""
+
+    def __init__(self) -> None:
+        self._patched: list[tuple[Any, str, Any]] = []
+        self.active = False
+
+    def install(self) -> None:
+        if not self.active:
+            self._patched = _install()
+            self.active = True
+
+    def restore(self) -> None:
+        if self.active:
+            _restore(self._patched)
+            self._patched = []
+            self.active = False
+
+
 @contextlib.contextmanager
 def guard() -> Iterator[None]:
     """Trap every nondeterministic call for the duration; restore everything after."""
+    g = Guard()
+    g.install()
+    try:
+        yield
+    finally:
+        g.restore()
+
+
+def _install() -> list[tuple[Any, str, Any]]:
     patched: list[tuple[Any, str, Any]] = []
     replacements: dict[int, Any] = {}
     for module, attr, trap in _targets():
@@ -179,10 +207,11 @@ def guard() -> Iterator[None]:
                 namespace[attr] = trap
     threading.Thread.start = _thread_start  # type: ignore[method-assign]
     socket.socket.__init__ = _socket_init  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        threading.Thread.start = _ORIGINAL_THREAD_START  # type: ignore[method-assign]
-        socket.socket.__init__ = _ORIGINAL_SOCKET_INIT  # type: ignore[method-assign]
-        for module, attr, original in reversed(patched):
-            setattr(module, attr, original)
+    return patched
+
+
+def _restore(patched: list[tuple[Any, str, Any]]) -> None:
+    threading.Thread.start = _ORIGINAL_THREAD_START  # type: ignore[method-assign]
+    socket.socket.__init__ = _ORIGINAL_SOCKET_INIT  # type: ignore[method-assign]
+    for module, attr, original in reversed(patched):
+        setattr(module, attr, original)

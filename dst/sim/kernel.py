@@ -101,6 +101,8 @@ class Sim:
         self.crashes_left = faults.max_crashes
         self.drops_left = faults.max_drops
         self.dups_left = faults.max_dups
+        #: An error raised by a check or the strategy inside trio's loop.
+        self.error: BaseException | None = None
         self._invariants: list[tuple[str, Invariant]] = []
         self._end_checks: list[tuple[str, Invariant]] = []
         self._parked: dict[ll.Task, str] = {}
@@ -249,7 +251,20 @@ class Sim:
     # -- the scheduler --------------------------------------------------------
 
     def on_quiescence(self, deadline: float) -> float:
-        """Every task is blocked: check, choose one option, perform it."""
+        """Every task is blocked: check, choose one option, perform it.
+
+        trio calls this from inside its run loop, where an exception would be a
+        ``TrioInternalError``; a failing invariant or strategy is therefore kept,
+        the run stopped, and the error re-raised once ``trio.run`` is unwound.
+        """
+        try:
+            return self._schedule(deadline)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by run()
+            self.error = exc
+            self._stop("error")
+            return 0.0
+
+    def _schedule(self, deadline: float) -> float:
         clock = self._clock
         assert clock is not None
         if self._stopping:
@@ -379,7 +394,13 @@ class Sim:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                # Holds the run open when every process has exited or crashed, so
+                # that the scheduler still gets to offer "restart P"; the run ends
+                # when the scheduler finds nothing left to choose.
+                nursery.start_soon(trio.sleep_forever, name="dst-keeper")
                 setup(self)
+            if self.error is not None:
+                raise self.error
             if self.ended is None:
                 self.ended = "quiescent"
             if self.ended == "quiescent":

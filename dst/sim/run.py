@@ -8,13 +8,12 @@ whether it runs alone or 500th in a batch; ``tests/test_determinism.py`` pins it
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable
 
 import trio
 
 from .clock import VirtualClock
-from .guard import guard
+from .guard import Guard
 from .kernel import Sim
 from .logs import structlog_to_trace
 from .trio_determinism import deterministic_trio
@@ -30,12 +29,21 @@ def run_sims(
 ) -> None:
     """Run each ``(sim, setup)`` in turn in one ``trio.run``; ``on_done(sim)`` after each."""
     clock = VirtualClock()
+    traps = Guard()
 
     async def main() -> None:
-        with guard() if guarded else contextlib.nullcontext():
+        # Installed inside the run: trio's own start-up opens a socket pair.
+        if guarded:
+            traps.install()
+        try:
             for sim, setup in jobs:
                 await sim.run(clock, setup)
                 on_done(sim)
+        finally:
+            traps.restore()
 
-    with deterministic_trio(), structlog_to_trace():
-        trio.run(main, clock=clock)
+    try:
+        with deterministic_trio(), structlog_to_trace():
+            trio.run(main, clock=clock)
+    finally:
+        traps.restore()

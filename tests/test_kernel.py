@@ -1,0 +1,260 @@
+"""The scheduler, virtual time, processes, links and faults, on inline scenarios."""
+
+from __future__ import annotations
+
+import time as _wall
+from typing import Any
+
+import pytest
+import trio
+
+from dst import Env, FaultPlan, Sim
+from dst.runner.single import replay_trace, run_one
+from dst.sim.strategy import Replay
+
+from .simkit import events, inline, many, one
+
+
+def test_tasks_may_use_trio_locks_events_and_channels_between_choice_points() -> None:
+    """Quiescence stays sound while tasks block on trio primitives, not only on dst."""
+
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        lock = trio.Lock()
+        ready = trio.Event()
+        send, recv = trio.open_memory_channel[int](0)
+        state = {"done": 0}
+
+        async def incrementer(env: Env) -> None:
+            await ready.wait()
+            for _ in range(3):
+                async with lock:  # a task parked inside holds the lock; the other blocks on it
+                    n = await env.store.get("n") or 0
+                    await env.store.put("n", n + 1)
+                state["done"] += 1
+            await send.send(1)
+
+        async def starter(env: Env) -> None:
+            await env.store.get("n")
+            ready.set()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_drain, recv)
+
+        sim.process("a", incrementer, stores=["db"])
+        sim.process("b", incrementer, stores=["db"])
+        sim.process("starter", starter, stores=["db"])
+        return sim.store("db"), state
+
+    async def _drain(recv: trio.MemoryReceiveChannel[int]) -> None:
+        for _ in range(2):
+            await recv.receive()
+
+    def no_lost(world: Any) -> bool:
+        db, state = world
+        return (db.peek("n") or 0) >= state["done"]
+
+    results = many(inline(setup, invariants={"NoLost": no_lost}), range(200))
+    assert all(r.verdict == "pass" for r in results)
+    assert all(r.ended == "quiescent" for r in results)
+    assert {r.steps for r in results} == {13}  # 1 + 2 x 3 x 2 choice points, every seed
+    assert len({r.trace().sha256() for r in results}) > 10  # and the order varied
+
+
+def test_a_timeout_and_a_message_race_and_both_orders_are_explored() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def client(env: Env) -> None:
+            await env.net.send("server", "ping")
+            with trio.move_on_after(1.0) as scope:
+                await env.net.recv()
+            import structlog
+
+            structlog.get_logger().info("timed out" if scope.cancelled_caught else "answered")
+
+        async def server(env: Env) -> None:
+            msg = await env.net.recv()
+            await env.net.send(msg.source, "pong")
+
+        sim.process("client", client)
+        sim.process("server", server)
+
+    outcomes = {events(r)[-1][1] for r in many(inline(setup), range(100))}
+    assert outcomes == {"timed out", "answered"}
+
+
+def test_a_30_day_virtual_wait_completes_in_well_under_a_second() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def waiter(env: Env) -> None:
+            await env.clock.sleep(30 * 86400)
+            await env.store.put("woke_at", env.clock.now())
+
+        sim.process("waiter", waiter, stores=["db"])
+        return sim.store("db")
+
+    started = _wall.perf_counter()
+    result = one(inline(setup))
+    assert _wall.perf_counter() - started < 1.0
+    assert result.sim.stores["db"].peek("woke_at") == 30 * 86400
+    assert result.virtual_time == 30 * 86400
+
+
+def test_a_crashed_process_cannot_write_from_a_finally_block() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def worker(env: Env) -> None:
+            try:
+                await env.store.put("started", True)
+                await env.clock.sleep(10)
+                await env.store.put("finished", True)
+            finally:
+                await env.store.put("cleanup", True)
+
+        sim.process("worker", worker, stores=["db"])
+        return sim.store("db")
+
+    scenario = inline(setup, faults=FaultPlan(max_crashes=1, crash_weight=50.0))
+    crashed = [r for r in many(scenario, range(60))
+               if any(x[0] == "fault" and x[3] == "crash" for x in r.sim.records)]
+    assert crashed, "the fault plan should crash some runs"
+    for r in crashed:
+        db = r.sim.stores["db"]
+        refused = [x for x in r.sim.records if x[0] == "fault" and x[3] == "refused"]
+        restarted = any(x[0] == "fault" and x[3] == "restart" for x in r.sim.records)
+        if not restarted:
+            assert db.peek("cleanup") is None
+            assert any("db.put(cleanup)" in x[5] for x in refused)
+
+
+def test_a_restarted_process_sees_only_durable_state() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        seen: list[tuple[int, Any]] = []
+        volatile = {"counter": 0}
+
+        async def worker(env: Env) -> None:
+            memory: dict[str, int] = {}
+            boots = await env.store.get("boots") or 0
+            await env.store.put("boots", boots + 1)
+            seen.append((boots, memory.get("x")))
+            memory["x"] = 1
+            volatile["counter"] += 1
+            await env.clock.sleep(5)
+
+        sim.process("worker", worker, stores=["db"])
+        return seen
+
+    scenario = inline(setup, faults=FaultPlan(max_crashes=1, crash_weight=20.0))
+    restarted = 0
+    for r in many(scenario, range(80)):
+        labels = [x[3] for x in r.sim.records if x[0] == "fault"]
+        if "restart" in labels:
+            restarted += 1
+            boots = r.sim.stores["db"].peek("boots")
+            assert boots is not None and boots >= 1
+    assert restarted > 0
+
+
+def test_drops_and_duplicates_are_recorded_choices_within_their_budgets() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def sender(env: Env) -> None:
+            for i in range(5):
+                await env.net.send("sink", i)
+
+        async def sink(env: Env) -> None:
+            while True:
+                await env.net.recv()
+
+        sim.process("sender", sender)
+        sim.process("sink", sink)
+
+    plan = FaultPlan(max_drops=1, max_dups=2, drop_weight=1.0, dup_weight=1.0)
+    drops = dups = 0
+    for r in many(inline(setup, faults=plan), range(100)):
+        kinds = [x[3] for x in r.sim.records if x[0] == "fault"]
+        assert kinds.count("drop") <= 1 and kinds.count("dup") <= 2
+        drops += kinds.count("drop")
+        dups += kinds.count("dup")
+    assert drops > 0 and dups > 0
+
+
+def test_an_exception_in_the_code_under_test_is_a_violation_not_a_dst_crash() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def broken(env: Env) -> None:
+            await env.store.get("x")
+            raise KeyError("missing")
+
+        sim.process("broken", broken, stores=["db"])
+
+    result = one(inline(setup))
+    assert result.violated == ["NoUncaughtError"]
+    assert "broken raised KeyError" in result.trace().records[-1]["message"]
+
+
+def test_an_invariant_that_returns_none_is_reported_with_what_to_return() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def idle(env: Env) -> None:
+            await env.store.get("x")
+
+        sim.process("idle", idle, stores=["db"])
+
+    with pytest.raises(TypeError, match="return True when it holds"):
+        one(inline(setup, invariants={"Sloppy": lambda world: None}))
+
+
+def test_data_choices_are_recorded_and_forced_on_replay() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def picker(env: Env) -> None:
+            for _ in range(5):
+                await env.store.put("pick", sim.choose("llm", ["approve", "reject", "wait"]))
+
+        sim.process("picker", picker, stores=["db"])
+
+    scenario = inline(setup)
+    picks = set()
+    for seed in range(30):
+        result = run_one(scenario, {}, seed)
+        trace = result.trace()
+        replayed = replay_trace(scenario, trace).trace()
+        assert replayed.record_lines() == trace.record_lines()
+        picks.add(result.sim.stores["db"].peek("pick"))
+    assert picks == {"approve", "reject", "wait"}
+
+
+def test_a_livelock_stops_at_the_step_bound() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def ticker(env: Env) -> None:
+            while True:
+                await env.clock.sleep(1)
+                await env.store.get("tick")
+
+        sim.process("ticker", ticker, stores=["db"])
+
+    result = one(inline(setup, max_steps=50))
+    assert result.ended == "bound" and result.steps == 50 and result.verdict == "pass"
+
+
+def _straight_line(extra_call: bool) -> Any:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def worker(env: Env) -> None:
+            await env.store.get("n")
+            await env.store.put("n", 1)
+            if extra_call:
+                await env.store.get("extra")
+            await env.store.put("n", 2)
+            await env.store.get("n")
+
+        sim.process("worker", worker, stores=["db"])
+        sim.process("other", worker, stores=["db"])
+
+    return setup
+
+
+def test_a_scenario_changed_by_one_extra_call_diverges_at_that_step() -> None:
+    original = inline(_straight_line(False))
+    changed = inline(_straight_line(True))
+    for seed in range(10):
+        trace = run_one(original, {}, seed).trace()
+        decisions = trace.decisions
+        result = run_one(changed, {}, seed, strategy=lambda _s: Replay(decisions))
+        assert result.divergence is not None
+        step = int(result.divergence.split("step ")[1].split(":")[0])
+        # The first decision whose enabled list mentions the extra call is where it diverges.
+        replayed = [r for r in result.trace().records if r["type"] == "decision"]
+        assert len(replayed) == step - 1
+        assert trace.decisions[: step - 1] == [(r["enabled"], r["chosen"]) for r in replayed]
