@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, Union
 
-Json = Union[None, bool, int, float, str, list["Json"], dict[str, "Json"]]
+#: JSON-compatible values (a recursive alias: ``Union`` because ``|`` cannot take strings).
+Json = Union[None, bool, int, float, str, list["Json"], dict[str, "Json"]]  # noqa: UP007
 
 
 class Clock(Protocol):

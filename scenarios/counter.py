@@ -18,7 +18,9 @@ from dst import Env, Scenario, Sim
 
 log = structlog.get_logger()
 
-scenario = Scenario("counter", doc="workers increment one durable counter; no increment may be lost")
+scenario = Scenario(
+    "counter", doc="workers increment one durable counter; no increment may be lost"
+)
 scenario.switch("cas", True, doc="write with compare-and-set (false: blind put)")
 scenario.switch("workers", 2, choices=[1, 2, 3, 4], doc="concurrent workers")
 scenario.switch("increments", 7, choices=list(range(1, 21)), doc="increments per worker")

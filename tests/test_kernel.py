@@ -250,8 +250,8 @@ def test_a_scenario_changed_by_one_extra_call_diverges_at_that_step() -> None:
     changed = inline(_straight_line(True))
     for seed in range(10):
         trace = run_one(original, {}, seed).trace()
-        decisions = trace.decisions
-        result = run_one(changed, {}, seed, strategy=lambda _s: Replay(decisions))
+        replay = Replay(trace.decisions)
+        result = run_one(changed, {}, seed, strategy=lambda _s, r=replay: r)
         assert result.divergence is not None
         step = int(result.divergence.split("step ")[1].split(":")[0])
         # The first decision whose enabled list mentions the extra call is where it diverges.

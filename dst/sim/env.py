@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -29,7 +29,7 @@ class SimClock:
 class SimStoreHandle:
     """One process's connection to a durable store."""
 
-    __slots__ = ("_sim", "_store", "_proc", "_name")
+    __slots__ = ("_name", "_proc", "_sim", "_store")
 
     def __init__(self, sim: Sim, store: SimStore, proc: Process) -> None:
         self._sim, self._store, self._proc = sim, store, proc
@@ -57,7 +57,7 @@ class SimStoreHandle:
 
 
 class SimTransport:
-    __slots__ = ("_sim", "_proc")
+    __slots__ = ("_proc", "_sim")
 
     def __init__(self, sim: Sim, proc: Process) -> None:
         self._sim, self._proc = sim, proc
@@ -74,7 +74,7 @@ class SimTransport:
 
 
 class SimServices:
-    __slots__ = ("_sim", "_proc")
+    __slots__ = ("_proc", "_sim")
 
     def __init__(self, sim: Sim, proc: Process) -> None:
         self._sim, self._proc = sim, proc

@@ -114,10 +114,12 @@ def _targets() -> list[tuple[ModuleType, str, Any]]:
         )
     import trio
 
-    out.append((trio.to_thread, "run_sync", _trap(
-        "trio.to_thread.run_sync", trio.to_thread.run_sync, "a trio task (threads are not simulated)")))
+    no_threads = "a trio task (threads are not simulated)"
+    out.append((trio.to_thread, "run_sync",
+                _trap("trio.to_thread.run_sync", trio.to_thread.run_sync, no_threads)))
     for name in ("socket", "socketpair"):
-        out.append((trio.socket, name, _trap(f"trio.socket.{name}", getattr(trio.socket, name), "env.net")))
+        original = getattr(trio.socket, name)
+        out.append((trio.socket, name, _trap(f"trio.socket.{name}", original, "env.net")))
     for name in ("open_tcp_stream", "open_tcp_listeners", "serve_tcp"):
         out.append((trio, name, _trap(f"trio.{name}", getattr(trio, name), "env.net")))
     out.append((_dt, "datetime", _GuardedDatetime))

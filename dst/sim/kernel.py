@@ -259,7 +259,7 @@ class Sim:
         """
         try:
             return self._schedule(deadline)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by run()
+        except BaseException as exc:
             self.error = exc
             self._stop("error")
             return 0.0

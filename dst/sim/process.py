@@ -81,7 +81,7 @@ class Process:
             with trio.CancelScope() as scope:
                 self.scope = scope
                 await self.main(env)
-        except BaseException as exc:  # noqa: BLE001 - sorted out below
+        except BaseException as exc:
             if self.state is CRASHED or sim._stopping:
                 return  # the unwinding of a crash or of the end of the run
             if isinstance(exc, Exception):

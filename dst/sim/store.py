@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-
 #: Values of these types are immutable, so they are stored as they are: no
 #: aliasing is possible and the JSON round trip (most of a store call's cost in
 #: a hot run) is skipped.
