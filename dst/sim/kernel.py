@@ -52,6 +52,8 @@ DEFAULT_MAX_STEPS = 5000
 
 Invariant = Callable[[], object]
 
+_INF = math.inf
+
 # Option kinds (ints: compared on the hot path).
 _TASK, _TIMER, _DELIVER, _DROP, _DUP, _CRASH, _RESTART = range(7)
 
@@ -99,6 +101,8 @@ class Sim:
         #: Why the run ended: "quiescent", "bound", "violation", "diverged".
         self.ended: str | None = None
         self.crashes_left = faults.max_crashes
+        #: Names of processes that are crashed now (restart is then an option).
+        self.crashed: set[str] = set()
         self.drops_left = faults.max_drops
         self.dups_left = faults.max_dups
         #: An error raised by a check or the strategy inside trio's loop.
@@ -269,35 +273,64 @@ class Sim:
         assert clock is not None
         if self._stopping:
             return 0.0
-        if deadline <= clock.now:
+        now = clock.now
+        if deadline <= now:
             return 0.0  # trio expires it in this very pass; nothing to choose
-        if self._check_invariants():
+        if self._invariants and self._check_invariants():
+            return 0.0
+        if self.step >= self.max_steps:
+            self._stop("bound")
+            return 0.0
+        parked = self._parked
+        if (
+            deadline == _INF
+            and not self.net.in_flight
+            and self.crashes_left <= 0
+            and not self.crashed
+        ):
+            # The common case, kept lean: only parked tasks are enabled.
+            if not parked:
+                self._stop("quiescent")
+                return 0.0
+            if len(parked) == 1:
+                ((task, label),) = parked.items()
+                labels = [label]
+                index = self._decide(labels, None)
+            else:
+                items = sorted(parked.items(), key=_by_label)
+                labels = [label for _, label in items]
+                index = self._decide(labels, None)
+                task = items[index][0] if index >= 0 else None
+            if index >= 0:
+                del parked[task]
+                ll.reschedule(task)
             return 0.0
         options = self._options(deadline)
         if not options:
             self._stop("quiescent")
             return 0.0
-        if self.step >= self.max_steps:
-            self._stop("bound")
-            return 0.0
-        self.step += 1
         labels = [o[0] for o in options]
         weights: list[float] | None = None
         for o in options:
             if o[1] != 1.0:
                 weights = [o[1] for o in options]
                 break
+        index = self._decide(labels, weights)
+        if index >= 0:
+            self._perform(options[index], clock)
+        return 0.0
+
+    def _decide(self, labels: list[str], weights: list[float] | None) -> int:
+        """Ask the strategy and record the decision; -1 when the replay diverged."""
+        self.step += 1
         try:
             index = self.strategy.choose(self.step, labels, weights)
         except DivergenceError as exc:
             self.divergence = exc
             self._stop("diverged")
-            return 0.0
-        self.records.append(
-            ("decision", self.step, clock.now, "schedule", tuple(labels), index)
-        )
-        self._perform(options[index], clock)
-        return 0.0
+            return -1
+        self.records.append(("decision", self.step, self.now, "schedule", tuple(labels), index))
+        return index
 
     def _options(self, deadline: float) -> list[tuple[str, float, int, Any]]:
         options: list[tuple[str, float, int, Any]] = []
@@ -313,7 +346,7 @@ class Sim:
             self.net.add_options(options)
         if not math.isinf(deadline):
             options.append((f"timer@{deadline:.3f}", 1.0, _TIMER, deadline))
-        if self.crashes_left > 0 or any(p.state is CRASHED for p in self.processes.values()):
+        if self.crashes_left > 0 or self.crashed:
             for proc in self.processes.values():
                 if proc.state is RUNNING and proc.crashable and self.crashes_left > 0:
                     options.append(

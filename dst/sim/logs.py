@@ -16,6 +16,8 @@ import structlog
 
 from .kernel import ACTIVE
 
+_RENDERED: Any = ""
+
 
 def capture_into_trace(
     logger: Any, method: str, event_dict: MutableMapping[str, Any]
@@ -28,7 +30,7 @@ def capture_into_trace(
     if method not in ("info", "msg"):
         fields["level"] = method
     sim.event(sim.actor(), event, fields)
-    raise structlog.DropEvent
+    return _RENDERED  # to a ReturnLogger: cheaper than raising DropEvent
 
 
 @contextlib.contextmanager
@@ -37,7 +39,8 @@ def structlog_to_trace() -> Iterator[None]:
     previous = structlog.get_config()
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, capture_into_trace],
-        wrapper_class=structlog.BoundLogger,
+        # The filtering logger is the fastest structlog wrapper (level 0: keep all).
+        wrapper_class=structlog.make_filtering_bound_logger(0),
         logger_factory=structlog.ReturnLoggerFactory(),
         cache_logger_on_first_use=False,
     )

@@ -94,6 +94,7 @@ class Process:
     def crash(self) -> None:
         """Stop at once: mark dead first, so unwinding code finds every call refused."""
         self.state = CRASHED
+        self.sim.crashed.add(self.name)
         self.sim.fault("crash", self.name)
         self.mailbox = deque()
         self.env = None
@@ -102,6 +103,7 @@ class Process:
 
     def restart(self, nursery: trio.Nursery) -> None:
         self.state = RUNNING
+        self.sim.crashed.discard(self.name)
         self.incarnation += 1
         self.scope = None
         self.mail_lot = ll.ParkingLot()
