@@ -300,7 +300,7 @@ class Sim:
                 items = sorted(parked.items(), key=_by_label)
                 labels = [label for _, label in items]
                 index = self._decide(labels, None)
-                task = items[index][0] if index >= 0 else None
+                task = items[index][0]
             if index >= 0:
                 del parked[task]
                 ll.reschedule(task)

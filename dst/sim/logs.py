@@ -16,7 +16,8 @@ import structlog
 
 from .kernel import ACTIVE
 
-_RENDERED: Any = ""
+#: What the last processor hands the ReturnLogger (which discards it).
+_RENDERED: MutableMapping[str, Any] = {}
 
 
 def capture_into_trace(
