@@ -11,20 +11,24 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sqlite3
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import click
 
 from . import __version__
 from .errors import DstError, UsageError
-from .registry import all_scenarios, load
+from .registry import all_scenarios, is_shipped, load
 from .runner.bulk import BulkSummary, SeedOutcome, run_bulk
+from .runner.results import DB_NAME, Recorder, missing, run_key
 from .runner.single import replay_trace
 from .scenario import Scenario
-from .trace.codec import read_trace, write_trace
+from .trace.codec import read_trace
+from .trace.compare import first_divergence
 from .trace.model import Trace
 from .trace.render import format_time, render_markdown, render_text, story
 
@@ -35,11 +39,43 @@ STORIES_SHOWN = 1
 
 
 def _die(err: DstError) -> NoReturn:
-    click.echo(f"error: {err}", err=True)
+    click.echo(f"error: {_one_line(str(err))}", err=True)
     sys.exit(err.exit_code)
 
 
-class SwitchParam(click.ParamType):
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class _Dst(click.Group):
+    """click's group, but every usage error is one line: ``error: ...``, exit 2.
+
+    click prints a usage banner and ``Error: ...`` over several lines; dst's
+    contract is one line on stderr that names the culprit and the way out, the
+    same for an unknown ``-c`` switch as for an ill-formed one.
+    """
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"error: {_one_line(exc.format_message())}{where}", err=True)
+            sys.exit(EXIT_USAGE)
+        except click.ClickException as exc:
+            click.echo(f"error: {_one_line(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("error: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+class SwitchParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
     """``-c key=value``: split here, typed against the scenario's switches later."""
 
     name = "key=value"
@@ -53,7 +89,7 @@ class SwitchParam(click.ParamType):
         return key.strip(), text.strip()
 
 
-class SeedRange(click.ParamType):
+class SeedRange(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
     name = "A:B"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int, int]:
@@ -65,9 +101,9 @@ class SeedRange(click.ParamType):
         return int(m.group(1)), int(m.group(2))
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
     name = "DURATION"
-    _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    _UNITS: ClassVar[dict[str, int]] = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
         if isinstance(value, float):
@@ -78,7 +114,7 @@ class Duration(click.ParamType):
         return float(m.group(1)) * self._UNITS[m.group(2) or "s"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Dst, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dst")
 def main() -> None:
     """Deterministic simulation testing for AI-agent runtimes.
@@ -130,33 +166,53 @@ def list_command(as_json: bool) -> None:
         return
     for s in scenarios:
         click.echo(f"{s.name}: {s.doc}")
-        for w in s.switches.values():
-            click.echo(f"    -c {w.name}={_show(w.default):<8} {w.describe_allowed():<24} {w.doc}")
+        settings = [f"-c {w.name}={_show(w.default)}" for w in s.switches.values()]
+        allowed = [_short(w.describe_allowed()) for w in s.switches.values()]
+        w1 = max(map(len, settings), default=0)
+        w2 = max(map(len, allowed), default=0)
+        for setting, allow, w in zip(settings, allowed, s.switches.values(), strict=True):
+            click.echo(f"    {setting:<{w1}}  {allow:<{w2}}  {w.doc}".rstrip())
         click.echo(f"    invariants: {', '.join(s.all_checks) or 'none'}")
         for b in s.planted_bugs:
-            setting = " ".join(f"{k}={_show(v)}" for k, v in b.config.items())
-            click.echo(f"    planted bug: -c {setting} breaks {', '.join(b.breaks)}")
+            click.echo(f"    planted bug: -c {_config_text(b.config)} breaks {', '.join(b.breaks)}")
+
+
+def _short(allowed: str) -> str:
+    """``1, 2, ..., 20`` for a long run of integers, so `dst list` stays one line a switch."""
+    parts = allowed.split(", ")
+    if len(parts) > 6 and all(p.lstrip("-").isdigit() for p in parts):
+        return f"{parts[0]}..{parts[-1]}"
+    return allowed
 
 
 def _show(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+def _config_text(config: Any) -> str:
+    return " ".join(f"{k}={_show(v)}" for k, v in config.items())
+
+
 # -- run ------------------------------------------------------------------------
 
 
-class _Progress:
-    """A one-line progress display on a terminal; silent otherwise."""
+def _interactive() -> bool:
+    """A progress line only for a human watching: both streams on a terminal."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
 
-    def __init__(self, total: int | None, enabled: bool) -> None:
-        self.total, self.enabled = total, enabled
+
+class _Progress:
+    """A one-line progress display on stderr, redrawn after each chunk."""
+
+    def __init__(self, total: int | None, base: int, enabled: bool) -> None:
+        self.total, self.base, self.enabled = total, base, enabled
         self.start = time.monotonic()
 
     def update(self, summary: BulkSummary, _chunk: list[SeedOutcome]) -> None:
         if not self.enabled:
             return
         elapsed = time.monotonic() - self.start
-        rate = summary.runs / elapsed if elapsed > 0 else 0.0
+        rate = (summary.runs - self.base) / elapsed if elapsed > 0 else 0.0
         done = f"{summary.runs:,}/{self.total:,}" if self.total else f"{summary.runs:,}"
         fails = len(summary.failures)
         line = (f"  {done} seeds  {rate:,.0f} seeds/s  {fails} failure{'s' * (fails != 1)}"
@@ -168,31 +224,47 @@ class _Progress:
             click.echo("", err=True)
 
 
-def _config_text(config: dict[str, Any]) -> str:
-    return " ".join(f"{k}={_show(v)}" for k, v in config.items())
+def replay_command_line(path: Path, scenario_ref: str | None) -> str:
+    """The one command that replays a failure (``--scenario`` for a user's own file)."""
+    line = f"dst replay {shlex.quote(str(path))}"
+    return line + (f" --scenario {shlex.quote(scenario_ref)}" if scenario_ref else "")
 
 
-def _print_failure(o: SeedOutcome, scenario: Scenario, config: dict[str, Any],
-                   path: Path, full: bool) -> None:
-    trace = Trace(**_split(o.trace_text or ""))
-    vio = next((r for r in trace.records if r["type"] == "violation"), None)
+def _print_failure(o: SeedOutcome, scenario: Scenario, config: dict[str, Any], path: Path,
+                   ref: str | None, full: bool) -> None:
+    trace = None
+    if full:
+        try:
+            trace = read_trace(path)
+        except DstError:
+            trace = None  # a resumed failure whose trace has gone: tell it without a story
+    vio = next((r for r in trace.records if r["type"] == "violation"), None) if trace else None
     where = (f"seed {o.seed}, step {vio['step']}, virtual {format_time(vio['t'])}"
              if vio else f"seed {o.seed}")
     click.echo(f"FAIL {scenario.name} [{_config_text(config)}]: "
                f"{', '.join(o.violated)} violated ({where})")
-    if full:
+    if full and trace is not None:
         lines = story(trace)
+        width = max([len(actor) for _, _, actor, _ in lines] + [8])
         click.echo(f"  story ({len(lines)} lines, {o.steps} steps):")
-        for i, (_step, t, actor, text) in enumerate(lines, 1):
-            click.echo(f"    {i:>3}  {t}  {actor:<12} {text}")
+        for i, (_step, t, actor, told) in enumerate(lines, 1):
+            click.echo(f"    {i:>3}  {t}  {actor:<{width}}  {told}")
     click.echo(f"  trace:  {path}")
-    click.echo(f"  replay: dst replay {shlex.quote(str(path))}")
+    click.echo(f"  replay: {replay_command_line(path, ref)}")
 
 
-def _split(text: str) -> dict[str, Any]:
-    objs = [json.loads(line) for line in text.splitlines() if line]
-    footer = {k: v for k, v in objs[-1].items() if k != "type"}
-    return {"header": objs[0], "records": objs[1:-1], "footer": footer}
+def _seed_bounds(seeds: int | None, one_seed: int | None, seed_range: tuple[int, int] | None,
+                 duration: float | None) -> tuple[int, int | None]:
+    """``[start, stop)`` of the seeds asked for; ``stop`` None: until --for runs out."""
+    if sum(x is not None for x in (seeds, one_seed, seed_range)) > 1:
+        raise UsageError("give one of --seeds, --seed, --seed-range")
+    if one_seed is not None:
+        return one_seed, one_seed + 1
+    if seed_range is not None:
+        return seed_range
+    if seeds is not None:
+        return 0, seeds
+    return (0, None) if duration is not None else (0, 1000)
 
 
 @main.command("run")
@@ -202,132 +274,154 @@ def _split(text: str) -> dict[str, Any]:
 @click.option("--seeds", type=click.IntRange(min=1), default=None,
               help="Run seeds 0..N-1 (default 1000).")
 @click.option("--seed", "one_seed", type=click.IntRange(min=0), default=None,
-              help="Run just this seed (what a failure's replay line uses).")
+              help="Run just this seed.")
 @click.option("--seed-range", type=SeedRange(), default=None, help="Run seeds A..B-1.")
 @click.option("--strategy", type=click.Choice(["random"]), default="random",
               show_default=True, help="How choices are made.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes (one seed is never split).")
 @click.option("--for", "duration", type=Duration(), default=None,
-              help="Keep running new seeds for this long (e.g. 8h), then summarise.")
+              help="Stop after this long (e.g. 8h) and summarise; without --seeds or "
+                   "--seed-range, keep running new seeds until then.")
+@click.option("--resume", is_flag=True,
+              help=f"Skip seeds already done for this scenario and config (recorded in "
+                   f"OUT/{DB_NAME}); report the combined results.")
 @click.option("--out", type=click.Path(file_okay=False), default="traces/failures",
-              show_default=True, help="Where traces of failing seeds are written.")
+              show_default=True, help="Where traces of failing seeds (and the results "
+                                      "database) are written.")
 @click.option("--check-determinism", is_flag=True,
               help="Run each seed twice and report the first record that differs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | None,
                 one_seed: int | None, seed_range: tuple[int, int] | None, strategy: str,
-                workers: int, duration: float | None, out: str, check_determinism: bool,
-                as_json: bool) -> None:
+                workers: int, duration: float | None, resume: bool, out: str,
+                check_determinism: bool, as_json: bool) -> None:
     """Run SCENARIO over many seeds and report every invariant violated.
 
     SCENARIO is a name from `dst list`, a path to a .py file, or a module.
-    Traces of failing seeds are written under --out, each with the one
-    command that replays it.
+    Traces of failing seeds are written under --out as they are found, each
+    with the one command that replays it; finished seeds are recorded in
+    OUT/results.sqlite, so an interrupted run continues with --resume.
     """
     try:
         scen = load(scenario)
         config = scen.config(dict(switches))
+        start, stop = _seed_bounds(seeds, one_seed, seed_range, duration)
     except DstError as err:
         _die(err)
-    given = [x is not None for x in (seeds, one_seed, seed_range)]
-    if sum(given) > 1:
-        _die(UsageError("give one of --seeds, --seed, --seed-range"))
-    start, stop = 0, 1000
-    if one_seed is not None:
-        start, stop = one_seed, one_seed + 1
-    elif seed_range is not None:
-        start, stop = seed_range
-    elif seeds is not None:
-        stop = seeds
-    stop_at: int | None = stop
-    deadline = None
-    if duration is not None:
-        deadline = time.monotonic() + duration
-        if seeds is None and seed_range is None and one_seed is None:
-            stop_at = None
-    progress = _Progress(stop_at - start if stop_at is not None else None,
-                         enabled=not as_json and sys.stderr.isatty())
+    ref = None if is_shipped(scenario) else scenario  # how workers and replay find it
+    try:
+        recorder = Recorder(out, scen.name, run_key(scen.name, config, strategy),
+                            record=not check_determinism)
+        summary = BulkSummary(keep_traces=False)  # the recorder writes them as they come
+        done = recorder.resume(summary, start, stop) if resume else []
+    except (sqlite3.Error, OSError) as exc:
+        _die(UsageError(f"cannot use the results database in {out}: {exc}"))
+    resumed = summary.runs
+    progress = _Progress(stop - start if stop is not None else None, resumed,
+                         enabled=not as_json and _interactive())
+
+    def on_chunk(s: BulkSummary, outcomes: list[SeedOutcome]) -> None:
+        recorder.chunk_done(outcomes)
+        progress.update(s, outcomes)
+
     began = time.monotonic()
-    summary = run_bulk(scen.name if scenario == scen.name else scenario, config, start,
-                       stop_at, workers=workers, deadline=deadline,
-                       check_determinism=check_determinism, on_chunk=progress.update)
+    deadline = began + duration if duration is not None else None
+    try:
+        run_bulk(ref or scen.name, config, missing(done, start, stop), workers=workers,
+                 deadline=deadline, check_determinism=check_determinism,
+                 on_chunk=on_chunk, summary=summary)
+    finally:
+        recorder.close()
+        progress.close()
     seconds = time.monotonic() - began
-    progress.close()
-    out_dir = Path(out)
-    paths: dict[int, Path] = {}
-    for o in summary.failures + summary.nondeterministic:
-        if o.seed not in paths and o.trace_text is not None:
-            path = out_dir / f"{scen.name}-{o.seed}.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(o.trace_text, encoding="utf-8")
-            paths[o.seed] = path
+    summary.failures.sort(key=lambda o: o.seed)
+    paths = recorder.paths
     if as_json:
         doc = {
             "scenario": scen.name, "config": config, "runs": summary.runs,
             "seconds": round(seconds, 3),
             "failures": [{"seed": o.seed, "violated": list(o.violated),
-                          "trace": str(paths[o.seed])} for o in summary.failures],
+                          "trace": str(paths[o.seed]),
+                          "replay": replay_command_line(paths[o.seed], ref)}
+                         for o in summary.failures],
+            "by_invariant": dict(sorted(summary.by_invariant.items())),
+            "resumed": resumed, "interrupted": summary.interrupted,
             "nondeterministic": [{"seed": o.seed, "difference": o.nondeterminism}
                                  for o in summary.nondeterministic],
         }
         click.echo(json.dumps(doc, indent=2))
     else:
-        for i, o in enumerate(summary.failures):
-            if i < STORIES_SHOWN + 4:
-                _print_failure(o, scen, config, paths[o.seed], full=i < STORIES_SHOWN)
-        hidden = len(summary.failures) - (STORIES_SHOWN + 4)
-        if hidden > 0:
-            click.echo(f"... and {hidden} more failing seeds (traces in {out_dir}/)")
-        for o in summary.nondeterministic:
-            click.echo(f"NONDETERMINISTIC seed {o.seed}: {o.nondeterminism}")
-        rate = summary.runs / seconds if seconds > 0 else 0.0
-        by = ", ".join(f"{k} x{v}" for k, v in sorted(summary.by_invariant.items()))
-        click.echo(f"{scen.name} [{_config_text(config)}]: {summary.runs:,} runs, "
-                   f"{len(summary.failures):,} failed{' (' + by + ')' if by else ''}, "
-                   f"{rate:,.0f} runs/s ({seconds:.1f}s)")
-        if check_determinism:
-            click.echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
-                       f"{summary.runs:,} seeds replayed identically")
+        _print_summary(scen, config, summary, paths, ref, out, seconds, resumed,
+                       check_determinism)
     if summary.nondeterministic:
         sys.exit(EXIT_DIVERGED)
     sys.exit(EXIT_VIOLATION if summary.failures else EXIT_OK)
 
 
+def _print_summary(scen: Scenario, config: dict[str, Any], summary: BulkSummary,
+                   paths: dict[int, Path], ref: str | None, out: str, seconds: float,
+                   resumed: int, check_determinism: bool) -> None:
+    shown = STORIES_SHOWN + 4
+    for i, o in enumerate(summary.failures[:shown]):
+        _print_failure(o, scen, config, paths[o.seed], ref, full=i < STORIES_SHOWN)
+    hidden = len(summary.failures) - shown
+    if hidden > 0:
+        click.echo(f"... and {hidden:,} more failing seeds (traces in {out}/)")
+    for o in summary.nondeterministic:
+        click.echo(f"NONDETERMINISTIC seed {o.seed}: {o.nondeterminism}")
+    new = summary.runs - resumed
+    rate = new / seconds if seconds > 0 else 0.0
+    by = ", ".join(f"{k} x{v}" for k, v in sorted(summary.by_invariant.items()))
+    earlier = f" ({resumed:,} done earlier, resumed)" if resumed else ""
+    click.echo(f"{scen.name} [{_config_text(config)}]: {summary.runs:,} runs{earlier}, "
+               f"{len(summary.failures):,} failed{' (' + by + ')' if by else ''}, "
+               f"{rate:,.0f} runs/s ({seconds:.1f}s)")
+    if summary.interrupted:
+        click.echo("interrupted: the seeds finished so far are recorded; "
+                   "run the same command with --resume to continue")
+    if check_determinism:
+        click.echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
+                   f"{summary.runs:,} seeds replayed identically")
+
+
 # -- replay / show --------------------------------------------------------------
 
 
-def _load_trace(path: str) -> tuple[Trace, Scenario]:
+def _load_trace(path: str, scenario_ref: str | None) -> tuple[Trace, Scenario]:
     trace = read_trace(path)
-    return trace, load(trace.header["scenario"])
+    name = trace.header["scenario"]
+    if scenario_ref is None:
+        if not is_shipped(name):
+            raise UsageError(
+                f"{path} is a trace of scenario {name!r}, which is not a shipped one; "
+                "say where it lives with --scenario path/to/file.py (or package.module)")
+        return trace, load(name)
+    scen = load(scenario_ref)
+    if scen.name != name:
+        raise UsageError(f"{scenario_ref} defines scenario {scen.name!r}, "
+                         f"but {path} is a trace of {name!r}")
+    return trace, scen
 
 
 @main.command("replay")
 @click.argument("trace_path", metavar="TRACE")
+@click.option("--scenario", "scenario_ref", default=None, metavar="REF",
+              help="Where the trace's scenario lives when it is not a shipped one: "
+                   "a .py file or a module (what `dst run` was given).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
-def replay_command(trace_path: str, as_json: bool) -> None:
+def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> None:
     """Re-run TRACE, forcing its choices, and compare every record.
 
     Exit 0 or 1 when the replay is identical (by the recorded verdict), 3 when
     it diverged: then the first differing step is shown, with its likely cause.
     """
     try:
-        trace, scen = _load_trace(trace_path)
+        trace, scen = _load_trace(trace_path, scenario_ref)
         result = replay_trace(scen, trace)
     except DstError as err:
         _die(err)
-    got = result.trace()
-    expected_lines, got_lines = trace.record_lines(), got.record_lines()
-    diverged: str | None = result.divergence
-    if diverged is None:
-        for exp, act, rec in zip(expected_lines, got_lines, trace.records, strict=False):
-            if exp != act:
-                diverged = f"diverged at step {rec['step']}: expected {exp}, got {act}"
-                break
-        else:
-            if len(expected_lines) != len(got_lines):
-                diverged = (f"diverged at the end: the trace has {len(expected_lines)} records, "
-                            f"the replay {len(got_lines)}")
+    diverged = result.divergence or first_divergence(trace, result.trace())
     verdict = trace.footer.get("verdict")
     if as_json:
         click.echo(json.dumps({"trace": trace_path, "identical": diverged is None,
@@ -336,7 +430,7 @@ def replay_command(trace_path: str, as_json: bool) -> None:
     elif diverged is None:
         vio = ", ".join(trace.violated)
         what = f"{vio} violated again" if vio else "no invariant violated"
-        click.echo(f"identical: {len(expected_lines)} records replayed byte for byte; "
+        click.echo(f"identical: {len(trace.records)} records replayed byte for byte; "
                    f"verdict {verdict} ({what})")
     else:
         click.echo(f"{diverged}\n  likely cause: the code under test (or the scenario) "
@@ -368,4 +462,4 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None) -
         click.echo(text, nl=False)
 
 
-__all__ = ["main", "write_trace"]
+__all__ = ["main"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
 import importlib.util
 import pkgutil
@@ -40,23 +41,46 @@ def _scenario_of(module: object, shown: str) -> Scenario:
     return scenario
 
 
+#: Scenarios loaded from files, by (resolved path, sha256 of the source): a bulk
+#: run loads its scenario once per chunk, and a file edited between two loads
+#: (a replay after a change) must be executed afresh.
+_FILE_CACHE: dict[tuple[str, str], Scenario] = {}
+
+
+def _from_file(ref: str) -> Scenario:
+    path = Path(ref)
+    try:
+        source = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"no scenario file {ref}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read scenario file {ref} ({exc.strerror})") from None
+    key = (str(path.resolve()), hashlib.sha256(source).hexdigest())
+    cached = _FILE_CACHE.get(key)
+    if cached is not None:
+        return cached
+    name = f"dst_user_scenario_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot load {ref} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up here
+    spec.loader.exec_module(module)
+    scenario = _FILE_CACHE[key] = _scenario_of(module, ref)
+    return scenario
+
+
+def is_shipped(ref: str) -> bool:
+    return ref in shipped()
+
+
 def load(ref: str) -> Scenario:
     """A scenario by shipped name, ``path/to/file.py`` or ``package.module``."""
     known = shipped()
     if ref in known:
         return _from_module(known[ref], ref)
     if ref.endswith(".py"):
-        path = Path(ref)
-        if not path.is_file():
-            raise UsageError(f"no scenario file {ref}")
-        name = f"dst_user_scenario_{path.stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise UsageError(f"cannot load {ref} as a Python module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return _scenario_of(module, ref)
+        return _from_file(ref)
     if "." in ref:
         try:
             return _from_module(ref, ref)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..registry import load
@@ -41,6 +42,23 @@ class BulkSummary:
     by_invariant: dict[str, int] = field(default_factory=dict)
     nondeterministic: list[SeedOutcome] = field(default_factory=list)
     decisions: int = 0
+    #: True when Ctrl-C stopped the run early (the chunks done so far count).
+    interrupted: bool = False
+    #: Keep each failure's trace text in ``failures``.  Off when the caller writes
+    #: traces to disk as chunks come back: a long run with a planted bug switched
+    #: on must not hold thousands of traces in memory.
+    keep_traces: bool = True
+
+    def absorb(self, outcomes: list[SeedOutcome]) -> None:
+        for o in outcomes:
+            self.runs += 1
+            self.decisions += o.steps
+            if o.verdict == "fail":
+                self.failures.append(o if self.keep_traces else replace(o, trace_text=None))
+                for name in o.violated:
+                    self.by_invariant[name] = self.by_invariant.get(name, 0) + 1
+            if o.nondeterminism:
+                self.nondeterministic.append(o)
 
 
 def _outcome(r: RunResult, keep_trace: bool) -> SeedOutcome:
@@ -83,67 +101,85 @@ def first_difference(a: RunResult, b: RunResult) -> str | None:
     return None
 
 
-def seed_chunks(start: int, stop: int | None) -> Iterator[list[int]]:
-    seed = start
-    while stop is None or seed < stop:
-        end = seed + CHUNK if stop is None else min(seed + CHUNK, stop)
-        yield list(range(seed, end))
-        seed = end
+def seed_chunks(seeds: Iterable[int]) -> Iterator[list[int]]:
+    """Cut ``seeds`` into chunks of at most ``CHUNK`` *contiguous* seeds.
+
+    Contiguous, so that the results database can mark a chunk done as one range.
+    """
+    chunk: list[int] = []
+    for seed in seeds:
+        if chunk and (len(chunk) >= CHUNK or seed != chunk[-1] + 1):
+            yield chunk
+            chunk = []
+        chunk.append(seed)
+    if chunk:
+        yield chunk
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops cleanly and summarises."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_bulk(
     scenario_ref: str,
     config: Mapping[str, Any],
-    start: int,
-    stop: int | None,
+    seeds: Iterable[int],
     *,
     workers: int = 1,
     deadline: float | None = None,
     check_determinism: bool = False,
     on_chunk: Callable[[BulkSummary, list[SeedOutcome]], None] | None = None,
+    summary: BulkSummary | None = None,
 ) -> BulkSummary:
-    """Run seeds ``start..stop`` (open-ended until ``deadline`` when stop is None)."""
-    summary = BulkSummary()
+    """Run ``seeds`` (possibly endless: then until ``deadline``) in chunks.
+
+    ``on_chunk(summary, outcomes)`` runs after each chunk is absorbed into
+    ``summary`` (a fresh one unless given).  Ctrl-C stops the run after the
+    chunks already finished, sets ``summary.interrupted`` and returns.
+    """
+    summary = summary if summary is not None else BulkSummary()
 
     def absorb(outcomes: list[SeedOutcome]) -> None:
-        for o in outcomes:
-            summary.runs += 1
-            summary.decisions += o.steps
-            if o.verdict == "fail":
-                summary.failures.append(o)
-                for name in o.violated:
-                    summary.by_invariant[name] = summary.by_invariant.get(name, 0) + 1
-            if o.nondeterminism:
-                summary.nondeterministic.append(o)
+        summary.absorb(outcomes)
         if on_chunk is not None:
             on_chunk(summary, outcomes)
 
     def expired() -> bool:
         return deadline is not None and time.monotonic() >= deadline
 
-    chunks = seed_chunks(start, stop)
+    chunks = seed_chunks(seeds)
     if workers <= 1:
-        for chunk in chunks:
-            if expired():
-                break
-            absorb(run_chunk(scenario_ref, config, chunk, check_determinism))
+        try:
+            for chunk in chunks:
+                if expired():
+                    break
+                absorb(run_chunk(scenario_ref, config, chunk, check_determinism))
+        except KeyboardInterrupt:
+            summary.interrupted = True
         return summary
 
     ctx = multiprocessing.get_context("fork")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        pending: list[cf.Future[list[SeedOutcome]]] = []
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                                  initializer=_ignore_sigint)
+    pending: list[cf.Future[list[SeedOutcome]]] = []
+    try:
         exhausted = False
         while True:
             while not exhausted and len(pending) < workers * 2 and not expired():
-                chunk = next(chunks, None)
-                if chunk is None:
+                todo = next(chunks, None)
+                if todo is None:
                     exhausted = True
                     break
-                pending.append(pool.submit(run_chunk, scenario_ref, dict(config), chunk,
+                pending.append(pool.submit(run_chunk, scenario_ref, dict(config), todo,
                                            check_determinism))
             if not pending:
                 break
             # Results are absorbed in submission order, so the summary (and the
             # first failing seed it reports) does not depend on worker timing.
             absorb(pending.pop(0).result())
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    finally:
+        pool.shutdown(wait=not summary.interrupted, cancel_futures=True)
     return summary

@@ -15,7 +15,7 @@ from .model import Trace
 
 def format_time(t: float) -> str:
     """Virtual seconds as ``HH:MM:SS.mmm`` (``Nd HH:MM:SS.mmm`` past a day)."""
-    ms_total = int(round(t * 1000))
+    ms_total = round(t * 1000)
     days, rest = divmod(ms_total, 86_400_000)
     h, rest = divmod(rest, 3_600_000)
     m, rest = divmod(rest, 60_000)
