@@ -41,6 +41,7 @@ from ..errors import DivergenceError, ProcessCrashed
 from .clock import VirtualClock
 from .faults import NO_FAULTS, FaultPlan
 from .net import Network
+from .process import _CURRENT as _PROCESS_VAR
 from .process import CRASHED, RUNNING, Process
 from .store import SimStore
 from .strategy import Strategy
@@ -238,6 +239,12 @@ class Sim:
                       or lb.startswith(proc.name + "#")]:
             task = self._label_owner.pop(label)
             self._task_labels.pop(task, None)
+
+    def task_spawned(self, task: ll.Task) -> None:
+        """Label a process's child task in the order it was started (stable, readable)."""
+        proc = task.context.get(_PROCESS_VAR)
+        if proc is not None and proc.sim is self:
+            self._label_task(task, proc)
 
     def _label_task(self, task: ll.Task, proc: Process) -> str:
         if task is proc.main_task:

@@ -11,14 +11,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import trio
+from trio.abc import Instrument
 
 from .clock import VirtualClock
 from .guard import Guard
-from .kernel import Sim
+from .kernel import ACTIVE, Sim
 from .logs import structlog_to_trace
 from .trio_determinism import deterministic_trio
 
 Setup = Callable[[Sim], None]
+
+
+class _SpawnLabels(Instrument):
+    """Lets the active run label child tasks in the order they are started."""
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        if ACTIVE:
+            ACTIVE[-1].task_spawned(task)
 
 
 def run_sims(
@@ -44,6 +53,6 @@ def run_sims(
 
     try:
         with deterministic_trio(), structlog_to_trace():
-            trio.run(main, clock=clock)
+            trio.run(main, clock=clock, instruments=[_SpawnLabels()])
     finally:
         traps.restore()
