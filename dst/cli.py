@@ -463,3 +463,10 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None) -
 
 
 __all__ = ["main"]
+
+
+# -- table ----------------------------------------------------------------------
+
+from .verdict_table import table_command  # noqa: E402 - registered after the core commands
+
+main.add_command(table_command)

@@ -1,0 +1,262 @@
+"""approval: a click and a typed "go ahead" race to resume one confirmation card.
+
+The user asked for 12 tickets; the agent showed card ``a-m0``.  The user clicks
+it on one connection and, a second later, types "go ahead" on another: two
+turns, one approval.  The runtime (``dst.agents.tickets`` on
+``dst.runtime.approvals``) must run the action at most once, whatever the
+scheduler, the fake LLM and the faults do.
+
+Switches are the three conditions of the rule (spend atomically, spend before
+the effect, check a view at least as new as the last spend); the defaults are
+the correct design.  This module also holds what the other ``approval_*``
+scenarios share: the world they build and the six invariants.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dst import Env, FaultPlan, Scenario, Sim
+from dst.agents.tickets import serve
+from dst.fakes.llm import FakeLLM
+from dst.fakes.tickets import TicketBackend
+from dst.fakes.users import Screens, Send, add_user
+from dst.runtime.approvals import (
+    ApprovalConfig,
+    approval_key,
+    history_prefix,
+    new_record,
+)
+from dst.sim.store import SimStore
+
+CONV = "c1"
+#: The card every scenario starts from: 12 tickets, shown on conn-1 in exchange m0.
+SEEDED = new_record(CONV, "a-m0", "create_tickets", [], {"count": 12, "priority": "low"}, 1)
+#: Outcomes that tell the user an effect (may have) happened.
+DISCLOSING = ("done", "unknown")
+
+
+# -- the world the invariants look at ----------------------------------------------
+
+
+@dataclass
+class Probe:
+    """The runtime's observer: remembers claims on stale views and cards it believes shown."""
+
+    db: Any
+    stale: list[str] = field(default_factory=list)
+    believed: dict[str, str] = field(default_factory=dict)
+
+    def claimed(self, turn: str, conv: str, approval: str, seen_version: int) -> None:
+        live = self.db.peek(approval_key(conv, approval))
+        if not isinstance(live, dict) or live["version"] <= seen_version:
+            return
+        receipt = live.get("receipt") or {}
+        if receipt.get("turn") == turn and live["version"] == seen_version + 1:
+            return  # its own compare-and-set spend
+        self.stale.append(f"{turn} resumed {approval} from a view at v{seen_version} "
+                          f"after the spend at v{live['version']} by {receipt.get('turn')}")
+
+    def shown(self, conv: str, approval: str, connection: str) -> None:
+        self.believed[approval] = connection
+
+
+@dataclass
+class World:
+    db: Any  # SimStore, or MemoryStore in the stateful tests: both have peek()
+    backend: TicketBackend
+    screens: Screens
+    probe: Probe
+    conv: str = CONV
+    #: Card ids seen in the history so far (cards are never removed: a cache is safe).
+    recorded: set[str] = field(default_factory=set)
+
+
+@functools.lru_cache(maxsize=1024)
+def _decode(text: str) -> Any:
+    return json.loads(text)
+
+
+def peek(db: Any, key: str) -> Any:
+    """A durable value without a choice point.  Invariants run after every step, so
+    a SimStore's JSON text is decoded once per distinct text (records are only read)."""
+    if isinstance(db, SimStore):
+        raw = db.data.get(key)
+        return _decode(raw) if isinstance(raw, str) and raw[:1] in "{[" else raw
+    return db.peek(key)
+
+
+def scan(db: Any, prefix: str) -> list[tuple[str, Any]]:
+    """Durable entries under ``prefix`` without a choice point (SimStore or MemoryStore)."""
+    if isinstance(db, SimStore):
+        return [(k, peek(db, k)) for k in sorted(db.data) if k.startswith(prefix)]
+    return [(k, v) for k, v in db.snapshot().items() if k.startswith(prefix)]
+
+
+def seed_card(db: Any, config: Mapping[str, Any]) -> None:
+    """Put card a-m0 in the durable store as if an earlier turn had shown it."""
+    db.put(approval_key(CONV, SEEDED["id"]), SEEDED)
+    db.put(f"conv/{CONV}/draft", {"op": SEEDED["op"], "targets": [], "params": SEEDED["params"]})
+    slot = f"{history_prefix(CONV)}card/conn-1/m0"
+    if not config.get("history_first_final", False):
+        slot += f"/{SEEDED['id']}"
+    db.put(slot, {"kind": "card", "record": SEEDED, "connection": "conn-1", "exchange": "m0"})
+
+
+def faults(config: Mapping[str, Any]) -> FaultPlan:
+    return FaultPlan(max_crashes=config["crashes"], max_drops=config["drops"],
+                     max_dups=config["dups"])
+
+
+def common_switches(scenario: Scenario) -> None:
+    scenario.switch("llm", "adversarial", choices=["happy", "adversarial"],
+                    doc="the fake LLM: a good model, or a seeded chooser among allowed tools")
+    scenario.switch("crashes", 1, choices=[0, 1, 2], doc="agent crash budget per run")
+    scenario.switch("drops", 1, choices=[0, 1, 2], doc="message drop budget per run")
+    scenario.switch("dups", 1, choices=[0, 1, 2], doc="message duplicate budget per run")
+
+
+def build(sim: Sim, config: Mapping[str, Any], script: Sequence[Send], *,
+          failures: bool = False) -> World:
+    """The agent process over one durable store, the fakes, and one user's connections."""
+    db = sim.store("agent-db")
+    seed_card(db, config)
+    backend = TicketBackend(sim, dedup=bool(config.get("backend_dedup", False)),
+                            failures=failures)
+    sim.service("tickets", backend.handle)
+    sim.service("llm", FakeLLM(sim, adversarial=config["llm"] == "adversarial").handle)
+    probe = Probe(db)
+    runtime_config = ApprovalConfig.from_mapping(config)
+
+    async def agent(env: Env) -> None:
+        await serve(env, runtime_config, observer=probe)
+
+    sim.process("agent", agent, stores=["agent-db"])
+    screens = add_user(sim, script, server="agent", conv=CONV)
+    screens.cards.setdefault("conn-1", []).append(SEEDED["id"])
+    return World(db, backend, screens, probe)
+
+
+# -- the six invariants ---------------------------------------------------------------
+
+
+def at_most_once(w: World) -> bool | str:
+    seen: dict[str, int] = {}
+    for e in w.backend.effects:
+        seen[e.approval] = seen.get(e.approval, 0) + 1
+        if seen[e.approval] > 1:
+            return f"approval {e.approval} ran {seen[e.approval]} times ({e.op})"
+    return True
+
+
+def no_resurrection(w: World) -> bool | str:
+    for aid in sorted({e.approval for e in w.backend.effects}):
+        rec = peek(w.db, approval_key(w.conv, aid))
+        if not isinstance(rec, dict) or rec["state"] != "spent":
+            return f"{aid} ran but its record says {rec['state'] if rec else 'nothing'}"
+    return True
+
+
+def fresh_restore(w: World) -> bool | str:
+    return w.probe.stale[0] if w.probe.stale else True
+
+
+def executed_equals_approved(w: World) -> bool | str:
+    for e in w.backend.effects:
+        rec = peek(w.db, approval_key(w.conv, e.approval))
+        if not isinstance(rec, dict):
+            return f"{e.op} ran under {e.approval}, which has no record"
+        if (e.op, e.targets, e.params) != (rec["op"], rec["targets"], rec["params"]):
+            return (f"{e.approval} approved {rec['op']} {rec['params']} "
+                    f"but executed {e.op} {e.params}")
+    return True
+
+
+def recorded_cards(w: World) -> set[str]:
+    w.recorded |= {v["record"]["id"] for _k, v in scan(w.db, history_prefix(w.conv) + "card/")}
+    return w.recorded
+
+
+def shown_equals_recorded(w: World) -> bool | str:
+    on_screen = w.screens.all_cards()
+    believed = set(w.probe.believed)
+    if on_screen <= w.recorded and believed <= w.recorded:
+        return True
+    recorded = recorded_cards(w)
+    for aid in sorted(on_screen - recorded):
+        return f"the user sees card {aid}, which the history does not hold"
+    for aid in sorted(believed - recorded):
+        return (f"the runtime believes card {aid} was shown on {w.probe.believed[aid]}, "
+                "but the history never recorded it")
+    return True
+
+
+def _outcomes(w: World) -> list[dict[str, Any]]:
+    return [v for _k, v in scan(w.db, history_prefix(w.conv) + "outcome/")]
+
+
+def effects_disclosed(w: World) -> bool | str:
+    if not w.backend.effects:
+        return True
+    for out in _outcomes(w):
+        n = w.backend.count(out["approval"])
+        if n and out["result"] not in DISCLOSING:
+            return (f"{out['turn']} told the user nothing happened for {out['approval']}, "
+                    f"but it ran {n} time(s)")
+    return True
+
+
+def effects_disclosed_at_end(w: World) -> bool | str:
+    told = {o["approval"] for o in _outcomes(w) if o["result"] in DISCLOSING}
+    for aid in sorted({e.approval for e in w.backend.effects} - told):
+        return f"{aid} ran but no answer or history entry says so"
+    return True
+
+
+INVARIANTS = {
+    "AtMostOnce": at_most_once,
+    "NoResurrection": no_resurrection,
+    "FreshRestore": fresh_restore,
+    "ExecutedEqualsApproved": executed_equals_approved,
+    "ShownEqualsRecorded": shown_equals_recorded,
+    "EffectsDisclosed": effects_disclosed,
+}
+
+
+def register_checks(scenario: Scenario) -> None:
+    for name, fn in INVARIANTS.items():
+        scenario.invariant(name)(fn)
+    scenario.at_end("EffectsDisclosedAtEnd")(effects_disclosed_at_end)
+
+
+# -- the race -------------------------------------------------------------------------
+
+scenario = Scenario("approval", doc="a click and a typed 'go ahead' race to resume one approval",
+                    faults=faults)
+scenario.switch("spend_mode", "cas", choices=["after", "before", "cas"],
+                doc="when the spend is written: after the effect, before it, or as a CAS claim")
+scenario.switch("fresh_view", True, doc="the check re-reads the durable record")
+scenario.switch("serialize", False, doc="one turn at a time per conversation")
+scenario.switch("backend_dedup", False,
+                doc="the backend drops a repeated idempotency key (bounds effects, not authority)")
+common_switches(scenario)
+register_checks(scenario)
+scenario.planted_bug({"spend_mode": "after"}, breaks=["NoResurrection"],
+                     doc="spend recorded after the effect: a resurrected approval")
+scenario.planted_bug({"spend_mode": "before"}, breaks=["AtMostOnce"],
+                     doc="spend before the effect but a separate write: lost update")
+scenario.planted_bug({"spend_mode": "before", "fresh_view": False},
+                     breaks=["FreshRestore"],
+                     doc="the check trusts the restored view: a stale view")
+
+RACE = [Send(0.0, "conn-1", {"kind": "click", "id": "m1", "approval": SEEDED["id"]}),
+        Send(1.0, "conn-2", {"kind": "text", "id": "m2", "text": "go ahead"})]
+
+
+@scenario.setup
+def setup(sim: Sim, config: dict[str, Any]) -> World:
+    return build(sim, config, RACE)
