@@ -91,7 +91,7 @@ def test_a_message_that_is_not_json_is_refused_at_the_sender() -> None:
     async def main() -> None:
         net = LocalNetwork()
         a = net.endpoint("a")
-        with pytest.raises(TypeError, match="message from 'a' to 'b'.*set"):
+        with pytest.raises(TypeError, match=r"message from 'a' to 'b'.*set"):
             await a.send("b", {1, 2})  # type: ignore[arg-type]
 
     trio.run(main)
@@ -182,7 +182,7 @@ def test_the_trio_clock_counts_from_its_start_and_sleeps_on_trio_time() -> None:
 
 
 def test_a_trio_clock_outside_trio_run_says_how_to_fix_it() -> None:
-    with pytest.raises(RuntimeError, match="inside trio.run"):
+    with pytest.raises(RuntimeError, match=r"inside trio\.run"):
         TrioClock()
     assert TrioClock(start=1.0).start == 1.0
 
