@@ -1,0 +1,182 @@
+"""Wiring the Replenisher into a simulation, and the checks every replenish scenario shares.
+
+``build`` starts two processes: ``replenisher`` (crashable; its durable store
+``agent-db`` survives crashes) running the real agent, and ``world`` (the
+courier, never crashed), and registers the fakes as services.  The checks
+read the world's records and the agent's durable store directly (``peek``:
+no choice point), never the agent's volatile memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dst.agents.replenisher import MAX_TURNS, Options, run_replenisher
+from dst.env import Env
+from dst.sim.kernel import Sim
+from dst.sim.store import SimStore
+
+from .courier import courier
+from .decider import make_decider
+from .world import World, WorldConfig
+
+OUTCOMES = ("received", "cancelled", "rejected", "given_up")
+
+
+@dataclass
+class Kit:
+    world: World
+    db: SimStore
+    options: Options
+    deploy_v2_after_crash: bool = False
+
+    # -- reading the agent's durable state ----------------------------------------
+
+    def metas(self, kind: str) -> list[tuple[str, dict[str, Any]]]:
+        """``(workflow id, meta)`` of every workflow of type ``kind`` (in id order)."""
+        out = []
+        for key in sorted(k for k in self.db.data if k.startswith("wfmeta/")):
+            meta = self.db.peek(key)
+            if isinstance(meta, dict) and meta.get("type") == kind:
+                out.append((key[len("wfmeta/"):], meta))
+        return out
+
+    def log_size(self, wf_id: str) -> int:
+        prefix = f"wf/{wf_id}/"
+        return sum(1 for k in self.db.data if k.startswith(prefix))
+
+
+def build(sim: Sim, options: Options, world_cfg: WorldConfig, *, durable: bool = True,
+          check_inputs: bool = True, deploy_v2_after_crash: bool = False) -> Kit:
+    world = World(sim, world_cfg, entity=f"agent-{options.sku}")
+    kit = Kit(world, sim.store("agent-db"), options, deploy_v2_after_crash)
+    sim.service("supplier", world.supplier)
+    sim.service("manager", world.manager)
+    sim.service("erp", world.erp)
+    sim.service("warehouse", world.warehouse)
+    sim.service("decider", make_decider(sim, world_cfg.decider))
+
+    async def agent(env: Env) -> None:
+        world.boots += 1
+        o = options
+        if deploy_v2_after_crash and world.boots > 1:
+            o = replace(options, code_version=2)
+        await run_replenisher(env, o, durable=durable, check_inputs=check_inputs)
+
+    async def world_main(env: Env) -> None:
+        await courier(env, world)
+
+    sim.process("replenisher", agent, stores=["agent-db"])
+    sim.process("world", world_main, crashable=False)
+    return kit
+
+
+
+
+
+# -- checks shared by the scenarios (each returns True or a message) -------------------
+
+def nothing_runs_twice(kit: Kit) -> bool | str:
+    w = kit.world
+    for wf, keys in sorted(w.quote_requests.items()):
+        if len(keys) > 1:
+            return f"{wf} asked for quotes {len(keys)} times ({sorted(keys)})"
+    for wf, keys in sorted(w.draft_requests.items()):
+        if len(keys) > 1:
+            return f"{wf} drafted {len(keys)} purchase orders ({sorted(keys)})"
+    for (wf, price), keys in sorted(w.approval_requests.items()):
+        if len(keys) > 1:
+            return f"{wf} asked the manager {len(keys)} times to approve ${price:.2f}"
+    return True
+
+
+def one_order_per_po(kit: Kit) -> bool | str:
+    seen: dict[str, str] = {}
+    for order in kit.world.orders:
+        if order["po"] in seen:
+            return f"{order['po']} ordered twice ({seen[order['po']]} and {order['id']})"
+        seen[order["po"]] = order["id"]
+    return True
+
+
+def order_within_approval(kit: Kit) -> bool | str:
+    for order in kit.world.orders:
+        appr = kit.world.approvals.get(order["po"])
+        if appr is None:
+            return f"{order['id']} for {order['po']} placed without the manager's approval"
+        if order["price"] > appr["price"] or order["qty"] > appr["qty"]:
+            return (f"{order['id']}: {order['qty']} x ${order['price']:.2f} ordered, "
+                    f"manager approved {appr['qty']} x ${appr['price']:.2f}")
+    return True
+
+
+def one_active_per_sku(kit: Kit) -> bool | str:
+    running = [wf for wf, m in kit.metas("Replenish") if m["status"] == "running"]
+    return len(running) <= 1 or f"{len(running)} replenishments running at once: {running}"
+
+
+def never_failed_while_ordered(kit: Kit) -> bool | str:
+    held = {o["po"] for o in kit.world.orders}
+    for wf, meta in kit.metas("Replenish"):
+        result = meta.get("result") or {}
+        if meta["status"] == "completed" and result.get("outcome") != "received" \
+                and result.get("po") in held:
+            return f"{wf} recorded {result['outcome']} while the supplier holds {result['po']}"
+    return True
+
+
+def every_replenishment_ends(kit: Kit) -> bool | str:
+    """At the end: each replenishment has an outcome (or was stopped loudly on changed code)."""
+    for wf, meta in kit.metas("Replenish"):
+        if meta["status"] == "stopped" and "workflow" in str(meta.get("error")):
+            continue  # stopped by the non-determinism error: loud, not silent
+        result = meta.get("result") or {}
+        if meta["status"] != "completed" or result.get("outcome") not in OUTCOMES:
+            return f"{wf} ended {meta['status']} without an outcome ({meta.get('error')})"
+        if result.get("turns", 0) > MAX_TURNS:
+            return f"{wf} took {result['turns']} turns (> {MAX_TURNS})"
+    return True
+
+
+def stock_at_least_safety(kit: Kit) -> bool | str:
+    if not kit.world.delivered:
+        return True
+    if kit.world.on_hand < kit.options.safety_stock:
+        return (f"stock is {kit.world.on_hand} after deliveries {kit.world.delivered}, "
+                f"below safety stock {kit.options.safety_stock}")
+    return True
+
+
+# -- scenario plumbing --------------------------------------------------------------
+
+def fault_switches(scenario: Any, crashes: int = 1, drops: int = 1, dups: int = 1) -> None:
+    """The fault budget switches every replenish scenario has."""
+    scenario.switch("crashes", crashes, choices=[0, 1, 2, 3], doc="agent crash budget per run")
+    scenario.switch("drops", drops, choices=[0, 1, 2], doc="message drop budget per run")
+    scenario.switch("dups", dups, choices=[0, 1, 2], doc="message duplicate budget per run")
+
+
+def fault_plan(crash_weight: float = 0.1) -> Any:
+    from dst import FaultPlan
+
+    def plan(c: Mapping[str, Any]) -> FaultPlan:
+        return FaultPlan(max_crashes=c["crashes"], crash_weight=crash_weight,
+                         max_drops=c["drops"], max_dups=c["dups"])
+
+    return plan
+
+
+def not_given_up(kit: Kit) -> bool | str:
+    """At the end: no replenishment gave up, and each one received had exactly one order."""
+    for wf, meta in kit.metas("Replenish"):
+        result = meta.get("result") or {}
+        if result.get("outcome") == "given_up":
+            return f"{wf} gave up ({result.get('po')})"
+        if result.get("outcome") != "received":
+            continue
+        orders = [o for o in kit.world.orders if o["po"] == result.get("po")]
+        if len(orders) != 1:
+            return f"{wf} received {result.get('po')} with {len(orders)} orders"
+    return True
