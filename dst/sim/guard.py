@@ -150,13 +150,21 @@ _ORIGINAL_THREAD_START = threading.Thread.start
 _ORIGINAL_SOCKET_INIT = socket.socket.__init__
 
 
+_OUTSIDE_STDLIB: dict[str, bool] = {}
+
+
 def _user_modules() -> list[ModuleType]:
     mods = []
     for name, mod in list(sys.modules.items()):
         if mod is None or _exempt(name):
             continue
         path = getattr(mod, "__file__", None)
-        if not path or os.path.realpath(path).startswith(_STDLIB):
+        if not path:
+            continue
+        outside = _OUTSIDE_STDLIB.get(path)
+        if outside is None:
+            outside = _OUTSIDE_STDLIB[path] = not os.path.realpath(path).startswith(_STDLIB)
+        if not outside:
             continue
         mods.append(mod)
     return mods

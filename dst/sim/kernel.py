@@ -116,6 +116,7 @@ class Sim:
         self._clock: VirtualClock | None = None
         self._nursery: trio.Nursery | None = None
         self._stopping = False
+        self._keeper: ll.Task | None = None
 
     # -- building the system (called from a scenario's setup) -----------------
 
@@ -207,12 +208,12 @@ class Sim:
         proc = Process.current()
         return proc.name if proc is not None else "dst"
 
-    async def enter(self, proc: Process, op: str) -> None:
+    def enter(self, proc: Process, op: str) -> Awaitable[object]:
         """Park the calling task at a choice point until the strategy picks it."""
         if proc.state is not RUNNING:
-            await self.refuse(proc, op)
+            return self.refuse(proc, op)
         if self._stopping:
-            await trio.sleep_forever()  # the root scope is cancelled: raises Cancelled
+            return trio.sleep_forever()  # the root scope is cancelled: raises Cancelled
         task = ll.current_task()
         label = self._task_labels.get(task)
         if label is None:
@@ -224,7 +225,7 @@ class Sim:
             parked.pop(task, None)
             return ll.Abort.SUCCEEDED
 
-        await ll.wait_task_rescheduled(abort)
+        return ll.wait_task_rescheduled(abort)
 
     async def refuse(self, proc: Process, op: str) -> None:
         """A crashed process tried to touch the world: record it, then unwind."""
@@ -402,13 +403,23 @@ class Sim:
             self.violated.append(name)
         self._stop("violation")
 
+    async def _keep(self) -> None:
+        self._keeper = ll.current_task()
+        await ll.wait_task_rescheduled(_abort_ok)
+
     def _stop(self, why: str) -> None:
         if self._stopping:
             return
         self._stopping = True
         self.ended = why
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
+        nursery = self._nursery
+        if nursery is not None:
+            keeper = self._keeper
+            if keeper is not None and nursery.child_tasks == {keeper}:
+                self._keeper = None
+                ll.reschedule(keeper)
+            else:
+                nursery.cancel_scope.cancel()
 
     def uncaught(self, proc: Process, exc: BaseException) -> None:
         """A process raised: that is a finding, not a dst failure."""
@@ -437,7 +448,7 @@ class Sim:
                 # Holds the run open when every process has exited or crashed, so
                 # that the scheduler still gets to offer "restart P"; the run ends
                 # when the scheduler finds nothing left to choose.
-                nursery.start_soon(trio.sleep_forever, name="dst-keeper")
+                nursery.start_soon(self._keep, name="dst-keeper")
                 setup(self)
             if self.error is not None:
                 raise self.error
@@ -454,6 +465,10 @@ class Sim:
             self._task_labels.clear()
             self._label_owner.clear()
             self._nursery = None
+            # Drop the back references, so that refcounting frees the run.
+            for proc in self.processes.values():
+                proc.release()
+            self.net.sim = None  # type: ignore[assignment]
 
     def _run_end_checks(self) -> None:
         for name, check in self._end_checks:
@@ -469,6 +484,10 @@ class Sim:
     @property
     def verdict(self) -> str:
         return "fail" if self.violated else "pass"
+
+
+def _abort_ok(_: object) -> ll.Abort:
+    return ll.Abort.SUCCEEDED
 
 
 def _by_label(item: tuple[ll.Task, str]) -> str:

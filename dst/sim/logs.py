@@ -9,6 +9,7 @@ it: rendering is left to ``dst show``, off the hot path of passing runs.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -34,14 +35,41 @@ def capture_into_trace(
     return _RENDERED  # to a ReturnLogger: cheaper than raising DropEvent
 
 
+_CHAIN = [structlog.contextvars.merge_contextvars, capture_into_trace]
+_PREFIX = structlog.contextvars.STRUCTLOG_KEY_PREFIX
+
+
+class _TraceLogger(structlog.make_filtering_bound_logger(0)):  # type: ignore[misc]
+    """The same event dict as the chain builds, recorded without running the chain."""
+
+    def _proxy_to_logger(self, method_name: str, event: Any = None, **event_kw: Any) -> Any:
+        if not ACTIVE or self._processors is not _CHAIN:
+            return super()._proxy_to_logger(method_name, event, **event_kw)
+        fields = self._context.copy()
+        fields.update(event_kw)
+        if event is not None:
+            fields["event"] = event
+        for var in contextvars.copy_context():
+            if var.name.startswith(_PREFIX):
+                value = var.get()
+                if value is not Ellipsis:
+                    fields.setdefault(var.name[len(_PREFIX):], value)
+        sim = ACTIVE[-1]
+        text = str(fields.pop("event", ""))
+        if method_name not in ("info", "msg"):
+            fields["level"] = method_name
+        sim.event(sim.actor(), text, fields)
+        return None
+
+
 @contextlib.contextmanager
 def structlog_to_trace() -> Iterator[None]:
     """Route structlog to the active run's trace for the duration, then restore."""
     previous = structlog.get_config()
     structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, capture_into_trace],
+        processors=_CHAIN,
         # The filtering logger is the fastest structlog wrapper (level 0: keep all).
-        wrapper_class=structlog.make_filtering_bound_logger(0),
+        wrapper_class=_TraceLogger,
         logger_factory=structlog.ReturnLoggerFactory(),
         cache_logger_on_first_use=False,
     )

@@ -91,6 +91,17 @@ class Process:
         if self.state is RUNNING:
             self.state = EXITED
 
+    def release(self) -> None:
+        """Drop the references into a finished run, so refcounting frees it, not the GC.
+
+        A run leaves a few hundred objects in cycles (process <-> sim, task <->
+        frame); collecting them in bulk caused 20-30 ms pauses in long runs.
+        """
+        self.sim = None  # type: ignore[assignment]
+        self.env = None
+        self.main_task = None
+        self.scope = None
+
     def crash(self) -> None:
         """Stop at once: mark dead first, so unwinding code finds every call refused."""
         self.state = CRASHED
