@@ -8,7 +8,7 @@ How: the guard swaps the module attributes (``time.time``, ``random.random``,
 ``datetime.datetime``, ...) for traps, and also every reference to them that
 non-standard-library modules hold (``from time import time`` in user code), and
 puts everything back on exit.  References taken into a local variable or a
-default argument before the run cannot be reached; ``docs/determinism.md``
+default argument before the run cannot be reached; ``docs/design.md``
 says so.  trio's own internals are let through: they never decide anything a
 run can observe.
 """
