@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,15 +65,43 @@ class Probe:
         self.believed[approval] = connection
 
 
+class WatchedStore(SimStore):
+    """The agent's durable store, counting its writes.
+
+    Invariants run after every step, but most steps write nothing durable (a send,
+    a delivery, a read, a model call).  A check that reads only the store and the
+    backend's effects is computed again only when one of them changed since it
+    last held (``tests/test_approval_scenarios.py`` pins that every write of the
+    store is counted).
+    """
+
+    version = 0
+
+    def put(self, key: str, value: Any) -> None:  # a successful cas() writes through here
+        super().put(key, value)
+        self.version += 1
+
+    def delete(self, key: str) -> None:
+        super().delete(key)
+        self.version += 1
+
+    def copy_from(self, other: SimStore) -> None:
+        """Start from ``other``'s contents, already encoded (the version stays 0)."""
+        self.data.update(other.data)
+        self._texts.update(other._texts)
+
+
 @dataclass
 class World:
-    db: Any  # SimStore, or MemoryStore in the stateful tests: both have peek()
+    db: Any  # WatchedStore, or MemoryStore in the stateful tests: both have peek()
     backend: TicketBackend
     screens: Screens
     probe: Probe
     conv: str = CONV
     #: Card ids seen in the history so far (cards are never removed: a cache is safe).
     recorded: set[str] = field(default_factory=set)
+    #: Check name -> (store version, effects) at which it last held.
+    held: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -120,41 +148,92 @@ def common_switches(scenario: Scenario) -> None:
     scenario.switch("dups", 1, choices=[0, 1, 2], doc="message duplicate budget per run")
 
 
+@functools.lru_cache(maxsize=2)
+def _seeded(history_first_final: bool) -> WatchedStore:
+    """The durable state every seed starts from, encoded once per process, not per seed."""
+    store = WatchedStore("agent-db")
+    seed_card(store, {"history_first_final": history_first_final})
+    return store
+
+
+_CONFIGS: dict[tuple[tuple[str, Any], ...], ApprovalConfig] = {}
+
+
+def _runtime_config(config: Mapping[str, Any]) -> ApprovalConfig:
+    """The runtime's config, made once per scenario config (not once per seed)."""
+    key = tuple(sorted(config.items()))
+    made = _CONFIGS.get(key)
+    if made is None:
+        made = _CONFIGS[key] = ApprovalConfig.from_mapping(config)
+    return made
+
+
 def build(sim: Sim, config: Mapping[str, Any], script: Sequence[Send], *,
           failures: bool = False) -> World:
     """The agent process over one durable store, the fakes, and one user's connections."""
-    db = sim.store("agent-db")
-    seed_card(db, config)
+    db = sim.stores["agent-db"] = WatchedStore("agent-db")
+    db.copy_from(_seeded(bool(config.get("history_first_final", False))))
     backend = TicketBackend(sim, dedup=bool(config.get("backend_dedup", False)),
                             failures=failures)
     sim.service("tickets", backend.handle)
     sim.service("llm", FakeLLM(sim, adversarial=config["llm"] == "adversarial").handle)
     probe = Probe(db)
-    runtime_config = ApprovalConfig.from_mapping(config)
+    runtime_config = _runtime_config(config)
 
     async def agent(env: Env) -> None:
         await serve(env, runtime_config, observer=probe)
 
     sim.process("agent", agent, stores=["agent-db"])
     screens = add_user(sim, script, server="agent", conv=CONV)
-    screens.cards.setdefault("conn-1", []).append(SEEDED["id"])
+    screens.show_card("conn-1", SEEDED["id"])
     return World(db, backend, screens, probe)
 
 
 # -- the six invariants ---------------------------------------------------------------
 
 
+Check = Callable[[World], "bool | str"]
+
+
+def _unless_unchanged(name: str) -> Callable[[Check], Check]:
+    """Skip a check of the store and the effects when neither changed since it held.
+
+    Such a check holds trivially before the first effect.  Without a write
+    counter (the stateful tests' MemoryStore) it runs in full at every call.
+    """
+
+    def wrap(fn: Check) -> Check:
+        @functools.wraps(fn)
+        def check(w: World) -> bool | str:
+            effects = len(w.backend.effects)
+            if not effects:
+                return True  # each of these checks is about effects that happened
+            version = getattr(w.db, "version", None)
+            if version is None:
+                return fn(w)
+            stamp = (version, effects)
+            if w.held.get(name) == stamp:
+                return True
+            result = fn(w)
+            if result is True:
+                w.held[name] = stamp
+            return result
+
+        return check
+
+    return wrap
+
+
 def at_most_once(w: World) -> bool | str:
-    seen: dict[str, int] = {}
-    for e in w.backend.effects:
-        seen[e.approval] = seen.get(e.approval, 0) + 1
-        if seen[e.approval] > 1:
-            return f"approval {e.approval} ran {seen[e.approval]} times ({e.op})"
-    return True
+    if w.backend.repeated is None:  # the backend counts effects per approval as they run
+        return True
+    aid, n, op = w.backend.repeated
+    return f"approval {aid} ran {n} times ({op})"
 
 
+@_unless_unchanged("NoResurrection")
 def no_resurrection(w: World) -> bool | str:
-    for aid in sorted({e.approval for e in w.backend.effects}):
+    for aid in sorted(w.backend.counts):
         rec = peek(w.db, approval_key(w.conv, aid))
         if not isinstance(rec, dict) or rec["state"] != "spent":
             return f"{aid} ran but its record says {rec['state'] if rec else 'nothing'}"
@@ -165,6 +244,7 @@ def fresh_restore(w: World) -> bool | str:
     return w.probe.stale[0] if w.probe.stale else True
 
 
+@_unless_unchanged("ExecutedEqualsApproved")
 def executed_equals_approved(w: World) -> bool | str:
     for e in w.backend.effects:
         rec = peek(w.db, approval_key(w.conv, e.approval))
@@ -183,7 +263,7 @@ def recorded_cards(w: World) -> set[str]:
 
 def shown_equals_recorded(w: World) -> bool | str:
     on_screen = w.screens.all_cards()
-    believed = set(w.probe.believed)
+    believed = w.probe.believed.keys()
     if on_screen <= w.recorded and believed <= w.recorded:
         return True
     recorded = recorded_cards(w)
@@ -199,9 +279,8 @@ def _outcomes(w: World) -> list[dict[str, Any]]:
     return [v for _k, v in scan(w.db, history_prefix(w.conv) + "outcome/")]
 
 
+@_unless_unchanged("EffectsDisclosed")
 def effects_disclosed(w: World) -> bool | str:
-    if not w.backend.effects:
-        return True
     for out in _outcomes(w):
         n = w.backend.count(out["approval"])
         if n and out["result"] not in DISCLOSING:
@@ -212,7 +291,7 @@ def effects_disclosed(w: World) -> bool | str:
 
 def effects_disclosed_at_end(w: World) -> bool | str:
     told = {o["approval"] for o in _outcomes(w) if o["result"] in DISCLOSING}
-    for aid in sorted({e.approval for e in w.backend.effects} - told):
+    for aid in sorted(set(w.backend.counts) - told):
         return f"{aid} ran but no answer or history entry says so"
     return True
 
@@ -258,5 +337,5 @@ RACE = [Send(0.0, "conn-1", {"kind": "click", "id": "m1", "approval": SEEDED["id
 
 
 @scenario.setup
-def setup(sim: Sim, config: dict[str, Any]) -> World:
+def setup(sim: Sim, config: Mapping[str, Any]) -> World:
     return build(sim, config, RACE)

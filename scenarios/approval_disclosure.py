@@ -10,6 +10,7 @@ nothing was done, which is false when the tickets exist.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dst import Scenario, Sim
@@ -31,5 +32,5 @@ SCRIPT = [Send(0.0, "conn-1", {"kind": "click", "id": "m1", "approval": SEEDED["
 
 
 @scenario.setup
-def setup(sim: Sim, config: dict[str, Any]) -> World:
+def setup(sim: Sim, config: Mapping[str, Any]) -> World:
     return build(sim, config, SCRIPT, failures=True)

@@ -9,6 +9,7 @@ under an approval for 12 (time-of-check to time-of-use).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dst import Scenario, Sim
@@ -30,5 +31,5 @@ SCRIPT = [Send(0.0, "conn-2", {"kind": "text", "id": "m1", "text": "make it 24"}
 
 
 @scenario.setup
-def setup(sim: Sim, config: dict[str, Any]) -> World:
+def setup(sim: Sim, config: Mapping[str, Any]) -> World:
     return build(sim, config, SCRIPT)

@@ -13,6 +13,7 @@ holds it, so the user can act on something the system has no record of.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dst import Scenario, Sim
@@ -41,5 +42,5 @@ SCRIPT = [Send(0.0, "conn-1", {"kind": "text", "id": "m1", "text": "create 12 ti
 
 
 @scenario.setup
-def setup(sim: Sim, config: dict[str, Any]) -> World:
+def setup(sim: Sim, config: Mapping[str, Any]) -> World:
     return build(sim, config, SCRIPT)

@@ -14,7 +14,9 @@ import pytest
 from dst.registry import load
 from dst.runner.single import RunResult, run_one, run_seeds
 from dst.scenario import PlantedBug, Scenario
+from dst.sim.store import SimStore
 from dst.trace.render import story
+from scenarios.approval import WatchedStore, _seeded, seed_card
 
 SCENARIOS = ["approval", "approval_params", "approval_surface", "approval_disclosure"]
 #: Seeds a planted bug gets before the test gives up (the claim: found within 1,000).
@@ -93,6 +95,33 @@ def test_each_routing_fact_alone_drops_no_card(fact: str) -> None:
     run_seeds(scenario, config, range(PASSING), lambda r: failures.extend(
         [r.seed] if r.violated else []))
     assert failures == []
+
+
+def test_the_watched_store_counts_every_write_the_simulated_store_offers() -> None:
+    """Checks skip work while the store's version is unchanged: no write may go uncounted."""
+    public = {n for n in dir(SimStore) if not n.startswith("_") and callable(getattr(SimStore, n))}
+    assert public - {"get", "peek", "scan", "snapshot"} == {"put", "cas", "delete"}
+    db = WatchedStore("db")
+    db.put("k", {"v": 1})
+    assert db.version == 1
+    assert not db.cas("k", {"v": 2}, {"v": 3}) and db.version == 1
+    assert db.cas("k", {"v": 1}, {"v": 3}) and db.version == 2
+    db.put("k", None)
+    db.delete("k")
+    assert db.version == 4
+
+
+@pytest.mark.parametrize("history_first_final", [False, True])
+def test_the_seeded_store_copied_per_seed_equals_the_seeding_writes(
+        history_first_final: bool) -> None:
+    config = {"history_first_final": history_first_final}
+    fresh, copied = WatchedStore("agent-db"), WatchedStore("agent-db")
+    seed_card(fresh, config)
+    copied.copy_from(_seeded(history_first_final))
+    assert copied.data == fresh.data and copied.snapshot() == fresh.snapshot()
+    assert copied.version == 0
+    copied.put("conv/c1/draft", {"op": "delete_tickets"})
+    assert _seeded(history_first_final).peek("conv/c1/draft")["op"] == "create_tickets"
 
 
 @pytest.mark.soak

@@ -38,15 +38,20 @@ class TicketBackend:
     #: When true, each write makes a seeded choice: ok, fail before, fail after.
     failures: bool = False
     effects: list[Effect] = field(default_factory=list)
+    #: Effects per approval and per idempotency key, kept as effects happen:
+    #: invariants read them after every step, so counting must not rescan.
+    counts: dict[str, int] = field(default_factory=dict)
+    by_key: dict[str, int] = field(default_factory=dict)
+    #: The first approval that ran a second time, with its operation (None: none has).
+    repeated: tuple[str, int, str] | None = None
     _replies: dict[str, Json] = field(default_factory=dict)
 
     def count(self, approval: str) -> int:
-        return sum(1 for e in self.effects if e.approval == approval)
+        return self.counts.get(approval, 0)
 
     def handle(self, op: str, request: Any) -> Json:
         if op == "lookup":
-            key = str(request["key"])
-            return {"count": sum(1 for e in self.effects if e.key == key)}
+            return {"count": self.by_key.get(str(request["key"]), 0)}
         if op == "list_tickets":
             return len(self.effects)
         if op not in WRITES:
@@ -60,11 +65,17 @@ class TicketBackend:
         if how == "fail-before":
             raise ServiceUnavailable("ticket backend unavailable")
         params = request.get("params")
-        self.effects.append(Effect(str(request["approval"]), op, request.get("targets"),
-                                   params, key))
+        self._effect(Effect(str(request["approval"]), op, request.get("targets"), params, key))
         count = params.get("count", 1) if isinstance(params, dict) else 1
         reply: Json = {"count": count}
         self._replies[key] = reply
         if how == "fail-after":
             raise ServiceUnavailable("ticket backend: reply lost")
         return reply
+
+    def _effect(self, effect: Effect) -> None:
+        self.effects.append(effect)
+        n = self.counts[effect.approval] = self.counts.get(effect.approval, 0) + 1
+        self.by_key[effect.key] = self.by_key.get(effect.key, 0) + 1
+        if n > 1 and self.repeated is None:
+            self.repeated = (effect.approval, n, effect.op)

@@ -37,9 +37,15 @@ class Screens:
 
     cards: dict[str, list[str]] = field(default_factory=dict)
     answers: dict[str, list[str]] = field(default_factory=dict)
+    #: Every card id shown on any connection, kept as cards arrive (read after every step).
+    shown: set[str] = field(default_factory=set)
+
+    def show_card(self, conn: str, approval: str) -> None:
+        self.cards.setdefault(conn, []).append(approval)
+        self.shown.add(approval)
 
     def all_cards(self) -> set[str]:
-        return {c for cards in self.cards.values() for c in cards}
+        return self.shown
 
 
 def add_user(sim: Sim, script: Sequence[Send], *, server: str = "agent",
@@ -72,7 +78,7 @@ def _show(screens: Screens, conn: str, body: Any) -> None:
         return
     if body.get("kind") == "card":
         aid = str(body["record"]["id"])
-        screens.cards[conn].append(aid)
+        screens.show_card(conn, aid)
         log.info(f"user sees card {aid} on {conn}", approval=aid)
     elif body.get("kind") == "answer":
         screens.answers[conn].append(str(body["text"]))

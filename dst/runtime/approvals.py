@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -367,18 +367,34 @@ async def recover(env: Env, service: str = "tickets") -> list[Record]:
     return outcomes
 
 
+class _Open:
+    """The gate when turns are not serialised: entering it never waits."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_OPEN = _Open()
+
+
 class TurnGate:
-    """One turn at a time per conversation when ``serialize`` is on (volatile, per process)."""
+    """One turn at a time per conversation when ``serialize`` is on (volatile, per process).
+
+    ``hold`` returns a plain async context manager (a ``trio.Lock``, or one that
+    never waits) rather than a generator-based one: every turn enters it.
+    """
 
     def __init__(self, serialize: bool) -> None:
         self.serialize = serialize
         self._locks: dict[str, trio.Lock] = {}
 
-    @contextlib.asynccontextmanager
-    async def hold(self, conv: str) -> AsyncIterator[None]:
+    def hold(self, conv: str) -> contextlib.AbstractAsyncContextManager[None]:
         if not self.serialize:
-            yield
-            return
-        lock = self._locks.setdefault(conv, trio.Lock())
-        async with lock:
-            yield
+            return _OPEN
+        lock = self._locks.get(conv)
+        if lock is None:
+            lock = self._locks[conv] = trio.Lock()
+        return lock
