@@ -15,7 +15,6 @@ scenarios share: the world they build and the six invariants.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,35 +64,9 @@ class Probe:
         self.believed[approval] = connection
 
 
-class WatchedStore(SimStore):
-    """The agent's durable store, counting its writes.
-
-    Invariants run after every step, but most steps write nothing durable (a send,
-    a delivery, a read, a model call).  A check that reads only the store and the
-    backend's effects is computed again only when one of them changed since it
-    last held (``tests/test_approval_scenarios.py`` pins that every write of the
-    store is counted).
-    """
-
-    version = 0
-
-    def put(self, key: str, value: Any) -> None:  # a successful cas() writes through here
-        super().put(key, value)
-        self.version += 1
-
-    def delete(self, key: str) -> None:
-        super().delete(key)
-        self.version += 1
-
-    def copy_from(self, other: SimStore) -> None:
-        """Start from ``other``'s contents, already encoded (the version stays 0)."""
-        self.data.update(other.data)
-        self._texts.update(other._texts)
-
-
 @dataclass
 class World:
-    db: Any  # WatchedStore, or MemoryStore in the stateful tests: both have peek()
+    db: Any  # SimStore, or MemoryStore in the stateful tests: both have peek()
     backend: TicketBackend
     screens: Screens
     probe: Probe
@@ -104,24 +77,17 @@ class World:
     held: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
-@functools.lru_cache(maxsize=1024)
-def _decode(text: str) -> Any:
-    return json.loads(text)
-
-
 def peek(db: Any, key: str) -> Any:
-    """A durable value without a choice point.  Invariants run after every step, so
-    a SimStore's JSON text is decoded once per distinct text (records are only read)."""
+    """A durable value without a choice point (read-only: checks run after every step)."""
     if isinstance(db, SimStore):
-        raw = db.data.get(key)
-        return _decode(raw) if isinstance(raw, str) and raw[:1] in "{[" else raw
+        return db.view(key)
     return db.peek(key)
 
 
 def scan(db: Any, prefix: str) -> list[tuple[str, Any]]:
     """Durable entries under ``prefix`` without a choice point (SimStore or MemoryStore)."""
     if isinstance(db, SimStore):
-        return [(k, peek(db, k)) for k in sorted(db.data) if k.startswith(prefix)]
+        return [(k, db.view(k)) for k in sorted(db.data) if k.startswith(prefix)]
     return [(k, v) for k, v in db.snapshot().items() if k.startswith(prefix)]
 
 
@@ -149,9 +115,9 @@ def common_switches(scenario: Scenario) -> None:
 
 
 @functools.lru_cache(maxsize=2)
-def _seeded(history_first_final: bool) -> WatchedStore:
+def _seeded(history_first_final: bool) -> SimStore:
     """The durable state every seed starts from, encoded once per process, not per seed."""
-    store = WatchedStore("agent-db")
+    store = SimStore("agent-db")
     seed_card(store, {"history_first_final": history_first_final})
     return store
 
@@ -171,7 +137,7 @@ def _runtime_config(config: Mapping[str, Any]) -> ApprovalConfig:
 def build(sim: Sim, config: Mapping[str, Any], script: Sequence[Send], *,
           failures: bool = False) -> World:
     """The agent process over one durable store, the fakes, and one user's connections."""
-    db = sim.stores["agent-db"] = WatchedStore("agent-db")
+    db = sim.store("agent-db")
     db.copy_from(_seeded(bool(config.get("history_first_final", False))))
     backend = TicketBackend(sim, dedup=bool(config.get("backend_dedup", False)),
                             failures=failures)

@@ -16,7 +16,7 @@ from dst.runner.single import RunResult, run_one, run_seeds
 from dst.scenario import PlantedBug, Scenario
 from dst.sim.store import SimStore
 from dst.trace.render import story
-from scenarios.approval import WatchedStore, _seeded, seed_card
+from scenarios.approval import _seeded, seed_card
 
 SCENARIOS = ["approval", "approval_params", "approval_surface", "approval_disclosure"]
 #: Seeds a planted bug gets before the test gives up (the claim: found within 1,000).
@@ -97,11 +97,12 @@ def test_each_routing_fact_alone_drops_no_card(fact: str) -> None:
     assert failures == []
 
 
-def test_the_watched_store_counts_every_write_the_simulated_store_offers() -> None:
+def test_the_simulated_store_counts_every_write_it_offers() -> None:
     """Checks skip work while the store's version is unchanged: no write may go uncounted."""
     public = {n for n in dir(SimStore) if not n.startswith("_") and callable(getattr(SimStore, n))}
-    assert public - {"get", "peek", "scan", "snapshot"} == {"put", "cas", "delete"}
-    db = WatchedStore("db")
+    readers = {"get", "peek", "view", "scan", "snapshot", "copy_from"}
+    assert public - readers == {"put", "cas", "delete"}
+    db = SimStore("db")
     db.put("k", {"v": 1})
     assert db.version == 1
     assert not db.cas("k", {"v": 2}, {"v": 3}) and db.version == 1
@@ -115,7 +116,7 @@ def test_the_watched_store_counts_every_write_the_simulated_store_offers() -> No
 def test_the_seeded_store_copied_per_seed_equals_the_seeding_writes(
         history_first_final: bool) -> None:
     config = {"history_first_final": history_first_final}
-    fresh, copied = WatchedStore("agent-db"), WatchedStore("agent-db")
+    fresh, copied = SimStore("agent-db"), SimStore("agent-db")
     seed_card(fresh, config)
     copied.copy_from(_seeded(history_first_final))
     assert copied.data == fresh.data and copied.snapshot() == fresh.snapshot()

@@ -37,6 +37,11 @@ def capture_into_trace(
 
 _CHAIN = [structlog.contextvars.merge_contextvars, capture_into_trace]
 _PREFIX = structlog.contextvars.STRUCTLOG_KEY_PREFIX
+#: structlog's registry of the variables ``bind_contextvars`` made (private, so
+#: looked up defensively; without it every context variable is scanned).
+_STRUCTLOG_VARS: dict[str, contextvars.ContextVar[Any]] | None = getattr(
+    structlog.contextvars, "_CONTEXT_VARS", None
+)
 
 
 class _TraceLogger(structlog.make_filtering_bound_logger(0)):  # type: ignore[misc]
@@ -49,11 +54,19 @@ class _TraceLogger(structlog.make_filtering_bound_logger(0)):  # type: ignore[mi
         fields.update(event_kw)
         if event is not None:
             fields["event"] = event
-        for var in contextvars.copy_context():
-            if var.name.startswith(_PREFIX):
-                value = var.get()
+        if _STRUCTLOG_VARS is not None:
+            # Only structlog's own variables, not every variable of the context:
+            # most runs bind none, and copying the context costs on every event.
+            for name, var in _STRUCTLOG_VARS.items():
+                value = var.get(Ellipsis)
                 if value is not Ellipsis:
-                    fields.setdefault(var.name[len(_PREFIX):], value)
+                    fields.setdefault(name[len(_PREFIX):], value)
+        else:
+            for var in contextvars.copy_context():
+                if var.name.startswith(_PREFIX):
+                    value = var.get()
+                    if value is not Ellipsis:
+                        fields.setdefault(var.name[len(_PREFIX):], value)
         sim = ACTIVE[-1]
         text = str(fields.pop("event", ""))
         if method_name not in ("info", "msg"):

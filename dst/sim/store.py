@@ -29,19 +29,47 @@ def _encode(key: str, value: Any) -> Any:
 
 
 class SimStore:
-    """The durable state itself.  Observers (invariants) read it with ``peek``."""
+    """The durable state itself.  Observers (invariants) read it with ``peek``.
+
+    ``version`` counts the writes, so a check that depends only on this store can
+    skip its work when nothing was written since it last held: invariants run
+    after every step, and most steps write nothing durable.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
         #: key -> a scalar, or the canonical JSON text of a list/dict.
         self.data: dict[str, Any] = {}
         self._texts: dict[str, str] = {}
+        #: Writes so far (put, delete, successful cas).
+        self.version = 0
+        self._views: dict[str, Any] = {}
 
     def peek(self, key: str) -> Any:
+        """The stored value, as a fresh copy the caller may change."""
         raw = self.data.get(key)
         if raw is None or key not in self._texts:
             return raw
         return json.loads(raw)
+
+    def view(self, key: str) -> Any:
+        """The stored value without copying it: read-only, for hot checks.
+
+        Decoded once per distinct stored text; mutating what it returns corrupts
+        later views (but never the store itself).
+        """
+        raw = self.data.get(key)
+        if raw is None or key not in self._texts:
+            return raw
+        cached = self._views.get(raw)
+        if cached is None:
+            cached = self._views[raw] = json.loads(raw)
+        return cached
+
+    def copy_from(self, other: SimStore) -> None:
+        """Start from ``other``'s contents (for seeding many runs from one template)."""
+        self.data.update(other.data)
+        self._texts.update(other._texts)
 
     def snapshot(self) -> dict[str, Any]:
         return {k: self.peek(k) for k in sorted(self.data)}
@@ -52,6 +80,7 @@ class SimStore:
         return self.peek(key)
 
     def put(self, key: str, value: Any) -> None:
+        self.version += 1
         if value is None:  # as in dst.runtime's stores: storing None deletes
             self.data.pop(key, None)
             self._texts.pop(key, None)
@@ -76,6 +105,7 @@ class SimStore:
         return True
 
     def delete(self, key: str) -> None:
+        self.version += 1
         self.data.pop(key, None)
         self._texts.pop(key, None)
 
