@@ -2,8 +2,9 @@
 
 Stock stays below safety stock until the goods arrive, weeks later.  With
 ``count_active=true`` (the default) the entity knows (from its own durable
-state) that a replenishment is running and starts no other.  With
-``count_active=false`` each check that sees low stock starts another one.
+state) that a replenishment is running, so it skips the weekly checks until it
+ends and starts no other.  With ``count_active=false`` the weekly checks go on,
+and each one that sees low stock starts another replenishment.
 """
 
 from __future__ import annotations

@@ -18,9 +18,14 @@ from dst.agents.replenisher import Options
 from dst.fakes.replenisher import Kit, WorldConfig, build
 from dst.fakes.replenisher import kit as checks
 
+#: Entity log entries after which it continues as new, in this scenario.
+LOG_LIMIT = 20
+
 #: Keys under the entity's log prefix never exceed this: two runs' worth of
-#: steps (the old run is deleted right after the new one starts) plus slack.
-LOG_BOUND = 100
+#: entries (a run reaches LOG_LIMIT, then at most a check and one replenishment's
+#: messages before it continues as new, and the old run is deleted beside the
+#: new one) plus its inbox.  Without continue-as-new a year of checks passes it.
+LOG_BOUND = 80
 
 scenario = Scenario(
     "replenish_history",
@@ -40,7 +45,7 @@ scenario.planted_bug({"carry_state": False}, breaks=["PromiseKept"],
 @scenario.setup
 def setup(sim: Sim, config: dict[str, Any]) -> Kit:
     options = Options(check_every_days=14.0, horizon_checks=26 * config["years"],
-                      continue_as_new=config["continue_as_new"],
+                      entity_log_limit=LOG_LIMIT, continue_as_new=config["continue_as_new"],
                       carry_state=config["carry_state"])
     world = WorldConfig(on_hand=12, demand_per_day=0.1, promise=(30.0, 5, 200.0))
     return build(sim, options, world)

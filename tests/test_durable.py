@@ -114,12 +114,18 @@ def test_after_a_crash_recorded_steps_return_their_output_without_running(store:
     run(main)
 
 
-def test_a_wait_that_crashed_ends_when_it_was_due_not_later(store: Store) -> None:
+@pytest.mark.parametrize("first", [True, False], ids=["first-step", "after-a-step"])
+def test_a_wait_that_crashed_ends_when_it_was_due_not_later(store: Store, first: bool) -> None:
+    """The deadline comes from the log: a timer step (first step of a run) or the
+    previous step's logged time."""
+
     async def main() -> None:
         rig = Rig(store)
         ended: list[float] = []
 
         async def wf(ctx: Context) -> Json:
+            if not first:
+                await ctx.step("before", rig.effect("before"))
             await ctx.sleep(3 * 86400)
             await ctx.step("after", rig.effect("after"))
             ended.append(trio.current_time())
@@ -136,6 +142,9 @@ def test_a_wait_that_crashed_ends_when_it_was_due_not_later(store: Store) -> Non
             await trio.sleep(4 * 86400)
             rig.crash()
         assert ended and ended[0] - start == pytest.approx(3 * 86400)
+        entries: list[Any] = [v for _, v in await store.scan(log_prefix("w1"))]
+        names = [v["name"] for v in entries]
+        assert names == (["timer", "wait", "after"] if first else ["before", "wait", "after"])
 
     run(main)
 
@@ -217,6 +226,59 @@ def test_continue_as_new_keeps_the_log_bounded_and_carries_state(store: Store) -
         assert meta["result"] == 50 and meta["run"] == 5
         assert len(rig.calls) == 50
         assert max(sizes) <= 20  # at most the old run's 10 while they are collected
+
+    run(main)
+
+
+def test_a_message_consumed_before_continue_as_new_is_not_read_again(store: Store) -> None:
+    async def main() -> None:
+        rig = Rig(store)
+        got: list[Json] = []
+
+        async def wf(ctx: Context) -> Json:
+            msg, _ = await ctx.wait(["note"], timeout=86400)
+            got.append(msg)
+            if ctx.carried is None:
+                ctx.continue_as_new("again")
+            return None
+
+        async with trio.open_nursery() as n:
+            await rig.boot(n, [WorkflowType("wf", wf)], [("w1", "wf", None)])
+            await rig.net.endpoint("sender").send("p", {"to": "w1", "id": "m1", "kind": "note"})
+            await trio.sleep(3 * 86400)
+            rig.crash()
+        assert got == [{"to": "w1", "id": "m1", "kind": "note"}, None]
+        assert [k for k, _ in await store.scan(log_prefix("w1")) if "/in/" in k] == []
+
+    run(main)
+
+
+def test_a_parent_that_joins_a_child_goes_on_only_once_the_child_has_ended(
+    store: Store,
+) -> None:
+    async def main() -> None:
+        rig = Rig(store)
+        seen: list[Json] = []
+
+        async def child(ctx: Context) -> Json:
+            await ctx.signal("p1", {"kind": "outcome"})
+            await ctx.sleep(86400)  # still running a day after it reported
+            return "done"
+
+        async def parent(ctx: Context) -> Json:
+            await ctx.start_child("child", "c1", None)
+            await ctx.wait(["outcome"])
+            meta: Any = await store.get(meta_key("c1"))
+            seen.append(meta["status"])
+            seen.append(await ctx.join("c1"))
+            return None
+
+        types = [WorkflowType("parent", parent), WorkflowType("child", child)]
+        async with trio.open_nursery() as n:
+            await rig.boot(n, types, [("p1", "parent", None)])
+            await trio.sleep(3 * 86400)
+            rig.crash()
+        assert seen == ["running", {"status": "completed", "result": "done"}]
 
     run(main)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import trio.testing
 
 from dst.env import Json, Message, ServiceUnavailable
 from dst.runtime import LocalNetwork, LocalServices, MemoryStore, TrioClock, make_env
+from dst.runtime.real_env import WallClock
 
 
 def test_a_message_sent_to_a_process_is_received_with_its_source() -> None:
@@ -185,6 +187,25 @@ def test_a_trio_clock_outside_trio_run_says_how_to_fix_it() -> None:
     with pytest.raises(RuntimeError, match=r"inside trio\.run"):
         TrioClock()
     assert TrioClock(start=1.0).start == 1.0
+
+
+def test_a_wall_clock_counts_unix_seconds_so_a_restarted_process_agrees_on_it() -> None:
+    before = time.time()
+    first, second = WallClock(), WallClock()  # two incarnations of one process
+    a = first.now()
+    b = second.now()
+    assert before <= a <= b <= time.time()
+    since = WallClock(epoch=before).now()  # counted from the given epoch
+    assert 0 <= since <= time.time() - before
+
+
+def test_a_wall_clock_sleeps_on_trio_time() -> None:
+    async def main() -> float:
+        t0 = trio.current_time()
+        await WallClock().sleep(5)
+        return trio.current_time() - t0
+
+    assert trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0)) == 5
 
 
 def test_make_env_wires_a_process_to_its_stores_network_and_services() -> None:

@@ -1,8 +1,8 @@
 """A real crash: the Replenisher on SQLite and a real clock, killed with SIGKILL while it waits.
 
 The test starts the agent in a subprocess (this file run as a script), with a
-day lasting 0.2 s.  Once the agent has asked for approval and logged the timer
-of its wait, the test kills the process with SIGKILL (no ``finally``, no
+day lasting 0.2 s.  Once the agent has asked for approval and logged its decision
+to wait, the test kills the process with SIGKILL (no ``finally``, no
 flush), starts it again on the same files, and checks what the simulated
 crash checks: the replenishment finishes, and no step that ran before the
 crash ran again (one quote request, one PO, one approval request).
@@ -43,9 +43,10 @@ def _rows(path: Path, prefix: str) -> list[tuple[str, Any]]:
 
 
 def _waiting_for_approval(agent_db: Path) -> bool:
-    names = [v.get("name") for _, v in _rows(agent_db, "wf/agent-SKU-1.r1/")
-             if isinstance(v, dict)]
-    return "tool:request_approval" in names and names[-1] == "timer"
+    """The replenishment has asked for approval and decided to wait for it."""
+    steps = [v for _, v in _rows(agent_db, "wf/agent-SKU-1.r1/") if isinstance(v, dict)]
+    names = [v.get("name") for v in steps]
+    return "tool:request_approval" in names and steps[-1].get("output") == "wait_for_approval"
 
 
 def _start(tmp: Path, epoch: float) -> subprocess.Popen[bytes]:
@@ -91,17 +92,11 @@ def _child(tmp: Path, epoch: float) -> None:
     from dst.env import Json
     from dst.fakes.replenisher.decider import sensible
     from dst.runtime import LocalNetwork, LocalServices, SQLiteStore, make_env
+    from dst.runtime.real_env import WallClock
 
-    class WallClock:
-        """Seconds since ``epoch`` on the wall clock: the same across restarts."""
-
-        def now(self) -> float:
-            return time.time() - epoch
-
-        async def sleep(self, seconds: float) -> None:
-            await trio.sleep(seconds)
-
-    clock = WallClock()
+    # Deadlines in the log are absolute: the restarted process must count time
+    # from the same epoch as the killed one.
+    clock = WallClock(epoch)
     world = SQLiteStore(tmp / "world.db")
     agent_db = SQLiteStore(tmp / "agent.db")
     net = LocalNetwork()

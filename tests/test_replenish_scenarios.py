@@ -25,8 +25,8 @@ SCENARIOS = [
 #: Seeds a planted bug must be found within (the issue's bar).
 FIND_WITHIN = 1000
 #: Seeds each default must pass in the ordinary suite (history runs for a simulated year).
-DEFAULT_SEEDS = {"replenish_history": 25}
-DEFAULT_SEEDS_OTHERS = 80
+DEFAULT_SEEDS = {"replenish_history": 50}
+DEFAULT_SEEDS_OTHERS = 200
 SOAK_SEEDS = 100_000
 
 soak = pytest.mark.skipif(not os.environ.get("DST_SOAK"), reason="set DST_SOAK=1 to soak")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 
 import trio
@@ -23,7 +24,7 @@ import trio
 from dst.env import Clock, Env, Json, Message, Services, Store, Transport
 from dst.runtime.store import canonical_json
 
-__all__ = ["Handler", "LocalNetwork", "LocalServices", "TrioClock", "make_env"]
+__all__ = ["Handler", "LocalNetwork", "LocalServices", "TrioClock", "WallClock", "make_env"]
 
 Handler = Callable[[str, Json], Awaitable[Json]]
 """A service handler: ``async handler(op, request) -> reply``."""
@@ -55,6 +56,30 @@ class TrioClock:
 
     def now(self) -> float:
         return trio.current_time() - self.start
+
+    async def sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+
+class WallClock:
+    """:class:`~dst.env.Clock` on the wall clock: seconds since a fixed ``epoch``.
+
+    A :class:`TrioClock` starts at zero in every process, so an absolute
+    deadline written to a store by one process means nothing to the process
+    that restarts after it.  This clock reads ``time.time()`` (seconds since the
+    Unix epoch, minus ``epoch``, default 0), which every incarnation of a
+    process (and every process on a host) agrees on: a durable wait that logged
+    "until 1,700,000,300" ends then, however many restarts happen before.
+    ``sleep`` runs on trio's clock, which is monotonic; a step of the wall
+    clock (NTP, a manual change) moves deadlines by that step.  Real runs only:
+    a simulation reads its virtual clock, never this one.
+    """
+
+    def __init__(self, epoch: float = 0.0) -> None:
+        self.epoch = epoch
+
+    def now(self) -> float:
+        return time.time() - self.epoch
 
     async def sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)

@@ -26,6 +26,11 @@ class FaultPlan:
     #: Messages duplicated per run.
     max_dups: int = 0
     dup_weight: float = 0.2
+    #: Weight of "fire the next timer" while a task or a message could go first
+    #: (alone, a timer always has weight 1.0).  Below 1.0 for systems whose work
+    #: is quick next to their timeouts: a timeout still fires first sometimes,
+    #: but a run is not spent mostly on premature timeouts and resends.
+    timer_weight: float = 1.0
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)

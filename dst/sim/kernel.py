@@ -353,7 +353,8 @@ class Sim:
         if self.net.in_flight:
             self.net.add_options(options)
         if not math.isinf(deadline):
-            options.append((f"timer@{deadline:.3f}", 1.0, _TIMER, deadline))
+            weight = self.faults.timer_weight if options else 1.0
+            options.append((f"timer@{deadline:.3f}", weight, _TIMER, deadline))
         if self.crashes_left > 0 or self.crashed:
             for proc in self.processes.values():
                 if proc.state is RUNNING and proc.crashable and self.crashes_left > 0:

@@ -1,10 +1,18 @@
 """``SkuAgent``: the long-lived entity of one SKU.
 
-It checks stock every ``check_every_days``, starts one ``Replenish`` at a time
-when stock is below safety stock (plus any reservation it has promised), routes
+It checks stock every ``check_every_days`` and starts one ``Replenish`` when
+stock is below safety stock (plus any reservation it has promised); it routes
 the messages that arrive for the SKU (approvals, supplier replies, goods) to
 the running replenishment, and keeps promises (reservations due on a later
-day).  Its own log would grow forever, so after ``entity_log_limit`` steps it
+day).  After ``horizon_checks`` checks it stops, once no replenishment runs.
+
+While a replenishment runs the entity does not check stock: a check could not
+start another one, so it would be a wake-up (and log entries) for nothing.  It
+sleeps until a message arrives or a promise falls due, and checks again as
+soon as the replenishment ends.  (With ``count_active=false``, the planted bug,
+the entity does not know a replenishment runs and keeps its weekly checks.)
+
+Its own log would grow forever, so after ``entity_log_limit`` steps it
 continues as new, carrying only its state: the log stays bounded while a
 promise made months earlier survives in the carried state.
 """
@@ -23,10 +31,21 @@ from .options import Options
 log = structlog.get_logger()
 
 ROUTED = ("approval", "supplier_reply", "goods")
+KINDS = ("child_done", "promise", *ROUTED)
 
 
 def _initial(args: Any) -> dict[str, Any]:
     return {"checks": 0, "active": None, "started": 0, "promises": [], "next_check": None}
+
+
+def _busy(st: dict[str, Any], o: Options) -> bool:
+    return st["active"] is not None and o.count_active
+
+
+def _promise_due(st: dict[str, Any], o: Options) -> float | None:
+    """When the earliest unkept promise falls due (absolute seconds), if any."""
+    due = [p["due_day"] * o.day for p in st["promises"] if not p["kept"]]
+    return min(due) if due else None
 
 
 async def sku_agent(ctx: Context, o: Options) -> Json:
@@ -34,24 +53,37 @@ async def sku_agent(ctx: Context, o: Options) -> Json:
     st: dict[str, Any] = dict(ctx.carried) if isinstance(ctx.carried, dict) else _initial(args)
     sku = args["sku"]
     while True:
-        if st["next_check"] is None:
+        if st["next_check"] is None and not _busy(st, o):
             if o.continue_as_new and ctx.steps >= o.entity_log_limit:
                 carried = st if o.carry_state else dict(st, promises=[])
                 ctx.continue_as_new(carried)
             if await _check(ctx, st, sku, o) == "stop":
                 return {"checks": st["checks"], "replenishments": st["started"]}
-        timeout = o.check_every_days * o.day if st["next_check"] is None else None
-        body, until = await ctx.wait(["child_done", "promise", *ROUTED],
-                                     timeout=timeout, deadline=st["next_check"])
+        if _busy(st, o):
+            st["next_check"] = None  # check again as soon as the replenishment ends
+            body, until = await ctx.wait(KINDS, deadline=_promise_due(st, o))
+            if body is None:
+                await _keep_due(ctx, st, sku, until / o.day)
+                continue
+        elif st["next_check"] is None:
+            body, until = await ctx.wait(KINDS, timeout=o.check_every_days * o.day)
+        else:
+            body, until = await ctx.wait(KINDS, deadline=st["next_check"])
         if body is None:
             st["next_check"] = None
             continue
-        st["next_check"] = until
+        if not _busy(st, o):
+            st["next_check"] = until
         assert isinstance(body, dict)
         kind = body["kind"]
         if kind == "child_done":
             if body["child"] == st["active"]:
+                # Its outcome is in, but its final record may not be: wait for
+                # it to end before anything can start the next one.
+                await ctx.join(st["active"])
                 st["active"] = None
+                if st["checks"] >= o.horizon_checks:
+                    return {"checks": st["checks"], "replenishments": st["started"]}
         elif kind == "promise":
             st["promises"].append({"id": body["promise"], "units": body["units"],
                                    "due_day": body["due_day"], "kept": False})
@@ -67,12 +99,9 @@ async def _check(ctx: Context, st: dict[str, Any], sku: str, o: Options) -> str:
 
     seen: Any = await ctx.step("check_stock", stock, {"sku": sku, "check": st["checks"]})
     st["checks"] += 1
-    for promise in st["promises"]:
-        if not promise["kept"] and seen["day"] >= promise["due_day"]:
-            await _keep(ctx, sku, promise)
+    await _keep_due(ctx, st, sku, seen["day"])
     reserved = sum(p["units"] for p in st["promises"] if not p["kept"])
-    busy = st["active"] is not None and o.count_active
-    if seen["on_hand"] < o.safety_stock + reserved and not busy:
+    if seen["on_hand"] < o.safety_stock + reserved and not _busy(st, o):
         st["started"] += 1
         child = f"{ctx.id}.r{st['started']}"
         await ctx.start_child("Replenish", child, {
@@ -83,6 +112,13 @@ async def _check(ctx: Context, st: dict[str, Any], sku: str, o: Options) -> str:
     if st["checks"] >= o.horizon_checks and st["active"] is None:
         return "stop"
     return "go"
+
+
+async def _keep_due(ctx: Context, st: dict[str, Any], sku: str, day: float) -> None:
+    """Keep every promise due by ``day`` (a logged day: the same on replay)."""
+    for promise in st["promises"]:
+        if not promise["kept"] and day >= promise["due_day"]:
+            await _keep(ctx, sku, promise)
 
 
 async def _keep(ctx: Context, sku: str, promise: dict[str, Any]) -> None:

@@ -31,8 +31,10 @@ class Options:
     #: Seconds in a day (86,400 in production and simulation; short in a real-clock test).
     day: float = 86400.0
     check_every_days: float = 7.0
-    #: Stock checks after which the entity stops (once no replenishment runs).
-    horizon_checks: int = 3
+    #: Stock checks after which the entity stops (once no replenishment runs).  The
+    #: default, one, is a single replenishment from start to outcome; a scenario about
+    #: checks that overlap a replenishment, or about years of them, raises it.
+    horizon_checks: int = 1
     #: Entity log entries after which it continues as new.
     entity_log_limit: int = 40
     #: Code version of the Replenish workflow (2 targets 3x safety stock, not 2x).

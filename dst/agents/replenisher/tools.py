@@ -7,7 +7,8 @@ overdue (and at most ``MAX_CHASES`` times), ``done`` while an order may exist
 and has not arrived.  ``execute`` reaches the world only through durable steps
 (``ctx.step`` / ``ctx.wait``), so after a crash it returns the logged result;
 ``apply`` is a pure function of state and result, so replay rebuilds the same
-state.  State is a JSON dict, so it can be logged and shown.
+state.  (``read_supplier_reply`` and ``done`` only read the state, so they are
+not steps: replay recomputes them.)  State is a JSON dict, so it can be logged and shown.
 """
 
 from __future__ import annotations
@@ -169,12 +170,10 @@ def _apply_reply(s: State, r: Any, o: Options) -> None:
 
 
 async def _read_reply(ctx: Context, s: State, o: Options) -> Json:
+    # The reply is already in the state (a logged wait brought it): reading it
+    # touches nothing outside, so it is not a step of its own.
     reply = s["reply"]
-
-    async def read(_: StepCall) -> Json:
-        return {"status": reply.get("status"), "text": reply.get("text", "")}
-
-    return await ctx.step("tool:read_supplier_reply", read, {"po": s["po"]})
+    return {"status": reply.get("status"), "text": reply.get("text", "")}
 
 
 def _apply_read(s: State, r: Any, o: Options) -> None:
@@ -236,12 +235,7 @@ def _outcome(s: State) -> str:
 
 
 async def _done(ctx: Context, s: State, o: Options) -> Json:
-    outcome = _outcome(s)
-
-    async def finish(_: StepCall) -> Json:
-        return outcome
-
-    return await ctx.step("tool:done", finish, {"outcome": outcome})
+    return _outcome(s)  # a function of the state: nothing to log
 
 
 def _apply_done(s: State, r: Json, o: Options) -> None:

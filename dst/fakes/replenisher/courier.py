@@ -27,8 +27,9 @@ async def courier(env: Env, world: World) -> None:
             msg = await env.net.recv()
             mid = msg.body.get("ack") if isinstance(msg.body, dict) else None
             for out in world.outbox:
-                if out.mid == mid:
+                if out.mid == mid and not out.acked:
                     out.acked = True
+                    world.wake.set()  # its resend timer is void: re-arm without it
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(acks)

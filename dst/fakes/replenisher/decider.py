@@ -24,6 +24,8 @@ PRIORITY = (
 def sensible(allowed: list[str], state: dict[str, Any]) -> str:
     if "done" in allowed and (state.get("closed") or state.get("rejected")):
         return "done"
+    if state.get("order") == "placed" and "wait_for_goods" in allowed:
+        return "wait_for_goods"  # the supplier took the order: its email adds nothing
     for name in PRIORITY:
         if name in allowed:
             return name

@@ -92,6 +92,9 @@ class World:
     outbox: list[Outgoing] = field(default_factory=list)
     wake: trio.Event = field(default_factory=trio.Event)
     boots: int = 0
+    #: The first request made twice under different keys (what NothingRunsTwice
+    #: reports), kept as it happens so the check after every step is O(1).
+    repeated: str | None = None
     _outage_left: int | None = None
     _lost_left: int = 0
     _unreachable_until: float = -1.0
@@ -135,11 +138,17 @@ class World:
             return f"{plain} {INJECTION}"
         return plain
 
+    def _note(self, keys: set[str], what: str) -> None:
+        if len(keys) > 1 and self.repeated is None:
+            self.repeated = f"{what} ({sorted(keys)})"
+
     # -- supplier ---------------------------------------------------------------
 
     def supplier(self, op: str, req: Any) -> Json:
         if op == "quote":
-            self.quote_requests.setdefault(req["wf"], set()).add(req["key"])
+            keys = self.quote_requests.setdefault(req["wf"], set())
+            keys.add(req["key"])
+            self._note(keys, f"{req['wf']} asked for quotes {len(keys)} times")
             return {"price": self.price_now(), "note": self._email("Quote valid 30 days.")}
         if op == "order":
             return self._order(req)
@@ -204,6 +213,7 @@ class World:
         if req["key"] in keys:
             return {"status": "requested"}  # the same request again: already on its way
         keys.add(req["key"])
+        self._note(keys, f"{req['wf']} asked the manager {len(keys)} times to approve ${price:.2f}")
         approve = not self.cfg.may_reject or \
             self.sim.choose("manager.verdict", ["approve", "reject"]) == "approve"
 
@@ -218,7 +228,9 @@ class World:
 
     def erp(self, op: str, req: Any) -> Json:
         if op == "draft_po":
-            self.draft_requests.setdefault(req["wf"], set()).add(req["key"])
+            keys = self.draft_requests.setdefault(req["wf"], set())
+            keys.add(req["key"])
+            self._note(keys, f"{req['wf']} drafted {len(keys)} purchase orders")
             if req["key"] not in self.drafts:
                 self._next_po += 1
                 self.drafts[req["key"]] = f"PO-{self._next_po}"

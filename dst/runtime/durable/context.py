@@ -13,12 +13,15 @@ replay), so it reads time, randomness and the world only through ``ctx``:
     written to the log *before* the workflow goes on.  ``call.key`` is the
     idempotency key: the same for every attempt and every replay of the step.
 ``await ctx.wait(kinds, timeout=..)``
-    Two steps: a timer step that logs the absolute deadline, then a wait step
-    that logs the message which ended it (or ``None`` for the timeout).  After
-    a crash the deadline comes back from the log, so a 3-day wait that crashed
-    on day 2 ends on day 3, not day 5.
+    A wait step that logs the message which ended it (or ``None`` for the
+    timeout).  The deadline is absolute and comes from the log: the timeout
+    counts from the logged time of the previous step (or, for a wait that is
+    the first step of a run, from a ``timer`` step logged first).  After a
+    crash a 3-day wait that crashed on day 2 therefore ends on day 3, not day 5.
 ``await ctx.signal(id, body)`` / ``await ctx.start_child(type, id, args)``
     Steps that write into another workflow's inbox / create a workflow.
+``await ctx.join(id)``
+    A step that waits until another workflow of this worker has ended.
 ``ctx.continue_as_new(state)``
     Ends this run; the next one starts with an empty log and ``ctx.carried``.
 ``ctx.version``
@@ -40,7 +43,7 @@ import trio
 from dst.env import Json
 
 from .errors import ContinueAsNew, NonDeterminismError, StepFailed
-from .layout import inbox_key, inbox_prefix, step_key
+from .layout import inbox_key, step_key
 from .retry import NO_RETRY, RetryPolicy
 
 if TYPE_CHECKING:
@@ -79,12 +82,15 @@ class Context:
         self.carried: Json = meta.get("carried")
         self.parent: str | None = meta.get("parent")
         self._recorded = recorded
-        self._consumed = {
+        #: Inbox keys this run's wait steps have consumed (rebuilt from the log on replay).
+        self.consumed: set[str] = {
             r["output"]["key"] for r in recorded
             if r.get("name") == "wait" and isinstance(r.get("output"), dict)
             and r["output"].get("key")
         }
         self._n = 0
+        #: When the last step (replayed or live) was logged: waits count from it.
+        self._at: float | None = None
 
     # -- introspection ---------------------------------------------------------
 
@@ -122,6 +128,7 @@ class Context:
         self._n += 1
         rec = self._replay(n, name, input)
         if rec is not None:
+            self._at = rec.get("at")
             if "error" in rec:
                 raise StepFailed(rec["error"])
             output: Json = rec.get("output")
@@ -135,8 +142,7 @@ class Context:
             except retry.retry_on as exc:
                 if attempt >= retry.max_attempts:
                     why = f"{name} failed after {attempt} attempt(s): {exc or type(exc).__name__}"
-                    await self.worker.record(self.id, self.run, n,
-                                             {"name": name, "input": input, "error": why})
+                    await self._log(n, {"name": name, "input": input, "error": why})
                     log.info("step gave up", wf=self.id, step=n, name=name, attempts=attempt)
                     raise StepFailed(why) from exc
                 delay = retry.delay(attempt)
@@ -144,9 +150,13 @@ class Context:
                          after=delay)
                 await self.env.clock.sleep(delay)
                 attempt += 1
-        await self.worker.record(self.id, self.run, n,
-                                 {"name": name, "input": input, "output": result})
+        await self._log(n, {"name": name, "input": input, "output": result})
         return result
+
+    async def _log(self, n: int, entry: dict[str, Json]) -> None:
+        """Write step ``n``, stamped with the time (the origin of the next wait's timeout)."""
+        self._at = entry["at"] = self.env.clock.now()
+        await self.worker.record(self.id, self.run, n, entry)
 
     async def now(self) -> float:
         """The current time, logged (so replay sees the time the first run saw)."""
@@ -172,51 +182,63 @@ class Context:
 
         Returns ``(message or None, deadline)``; the deadline is absolute (as
         logged), so a caller can wait again for the remainder of the same span.
+        A ``timeout`` counts from the time the previous step was logged (every
+        log entry carries it), so the deadline is the same on every replay and
+        the wait is a single step; only a wait that is the first step of its
+        run logs a ``timer`` step with the deadline first.
         """
         spec: dict[str, Json] = {"kinds": list(kinds), "timeout": timeout, "deadline": deadline,
                                  "match": match}
+        if deadline is not None or timeout is None:
+            # Nothing to read from the clock, so nothing to log before waiting.
+            until = math.inf if deadline is None else float(deadline)
+        elif self._at is not None:
+            # The timeout counts from when the previous step was logged: a time
+            # the log holds, so the same deadline on every replay.
+            until = self._at + timeout
+        else:
+            span = float(timeout)
 
-        async def arm(_: StepCall) -> Json:
-            if deadline is not None:
-                return deadline
-            return None if timeout is None else self.env.clock.now() + timeout
+            async def arm(_: StepCall) -> Json:
+                return self.env.clock.now() + span
 
-        logged = await self.step("timer", arm, spec)
-        until = math.inf if not isinstance(logged, (int, float)) else float(logged)
+            logged = await self.step("timer", arm, spec)
+            until = math.inf if not isinstance(logged, (int, float)) else float(logged)
         n = self._n
         self._n += 1
         rec = self._replay(n, "wait", spec)
         if rec is not None:
+            self._at = rec.get("at")
             out = rec["output"]
             key = out.get("key")
             if key:
-                self._consumed.add(key)
+                self.consumed.add(key)
             return out.get("message"), until
         worker, clock = self.worker, self.env.clock
         while True:
             bell = worker.bell(self.id)
-            found = await self._take(kinds, match or {})
+            found = self._take(kinds, match or {})
             if found is not None:
                 key, body = found
-                await worker.record(self.id, self.run, n, {"name": "wait", "input": spec,
-                                                           "output": {"message": body,
-                                                                      "key": key}})
-                self._consumed.add(key)
-                await worker.store.put(key, {"consumed": self.run})
+                # The log entry is what consumes the message: a replay (or a
+                # later wait of this run) skips every key a wait step logged.
+                self.consumed.add(key)
+                await self._log(n, {"name": "wait", "input": spec,
+                                     "output": {"message": body, "key": key}})
                 return body, until
             left = until - clock.now()
             if left <= 0:
-                await worker.record(self.id, self.run, n, {"name": "wait", "input": spec,
-                                                           "output": {"message": None}})
+                await self._log(n, {"name": "wait", "input": spec, "output": {"message": None}})
                 return None, until
             with trio.move_on_after(left):  # inf: until a message rings the bell
                 await bell.wait()
 
-    async def _take(
-        self, kinds: Sequence[str], match: dict[str, Json]
-    ) -> tuple[str, Json] | None:
-        for key, body in await self.worker.store.scan(inbox_prefix(self.id)):
-            if key in self._consumed or not isinstance(body, dict) or "consumed" in body:
+    def _take(self, kinds: Sequence[str], match: dict[str, Json]) -> tuple[str, Json] | None:
+        """The first unconsumed inbox message that fits, in key order (no store call)."""
+        inbox = self.worker.inbox(self.id)
+        for key in sorted(inbox):
+            body = inbox[key]
+            if key in self.consumed or not isinstance(body, dict):
                 continue
             if body.get("kind") in kinds and all(body.get(k) == v for k, v in match.items()):
                 return key, body
@@ -241,6 +263,19 @@ class Context:
             return await self.worker.start(child_id, wf_type, args, parent=self.id)
 
         await self.step("start_child", start, {"type": wf_type, "id": child_id, "args": args})
+
+    async def join(self, child_id: str) -> Json:
+        """Wait until workflow ``child_id`` has ended and return ``{status, result}``.
+
+        A child that reports its outcome by a signal has not ended yet when the
+        signal lands (its final meta record comes after it); a parent that acts
+        on "it is over" (starts the next one, say) joins it first.
+        """
+
+        async def wait_end(_: StepCall) -> Json:
+            return await self.worker.join(child_id)
+
+        return await self.step("join", wait_end, {"id": child_id})
 
     def continue_as_new(self, carried: Json) -> NoReturn:
         """End this run; a new run starts with an empty log and ``ctx.carried == carried``."""

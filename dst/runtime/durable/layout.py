@@ -3,8 +3,8 @@
 ``wfmeta/<id>``                    the workflow's type, code version, run number,
                                    status, arguments, carried state, parent, result
 ``wf/<id>/<run>/s/<n>``            step ``n`` of run ``run``: name, input, output (or error)
-``wf/<id>/in/<message id>``        a message waiting in the workflow's inbox (or a
-                                   tombstone once a wait consumed it)
+``wf/<id>/in/<message id>``        a message in the workflow's inbox (a wait step's
+                                   log entry consumes it; deleted at continue-as-new)
 
 Run and step numbers are zero-padded so that a ``scan`` returns them in order.
 A continue-as-new bumps ``run`` in the meta record (one write: the commit

@@ -12,6 +12,12 @@ The router writes each into the target's inbox with a compare-and-set on the
 message id (so a resent or duplicated message lands once), wakes the target,
 and only then acknowledges to the sender, who resends until acknowledged:
 delivery into the inbox is at least once, its effect exactly once.
+
+The worker is the only writer of its workflows' keys (one worker per store),
+so it keeps two caches that save a store round trip on the hot paths and are
+rebuilt from the store after a restart: which workflows it knows to be
+running (a delivery to one needs no read of its meta record), and each
+workflow's inbox as last written (a wait looks there instead of scanning).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from .layout import (
     META_PREFIX,
     check_id,
     inbox_key,
+    inbox_prefix,
     log_prefix,
     meta_key,
     parse_step_key,
@@ -65,7 +72,13 @@ class Worker:
     store: Store = field(init=False)
     _types: dict[str, WorkflowType] = field(init=False)
     _bells: dict[str, trio.Event] = field(init=False, default_factory=dict)
+    #: Set when a workflow's task ends (its final meta record is written).
+    _ended: dict[str, trio.Event] = field(init=False, default_factory=dict)
     _active: set[str] = field(init=False, default_factory=set)
+    #: Workflows whose meta record says ``running`` (this worker is its only writer).
+    _live: set[str] = field(init=False, default_factory=set)
+    #: Each workflow's inbox messages, as written to the store (key -> body).
+    _inbox: dict[str, dict[str, Json]] = field(init=False, default_factory=dict)
     _memory: dict[str, dict[str, Json]] = field(init=False, default_factory=dict)
     _nursery: trio.Nursery | None = field(init=False, default=None)
     _idle: trio.Event | None = field(init=False, default=None)
@@ -91,14 +104,17 @@ class Worker:
             self._idle = trio.Event()
             nursery.start_soon(self._route, name="router")
             resumed = 0
+            known: set[str] = set()
             for key, meta in await self.store.scan(META_PREFIX):
+                known.add(key[len(META_PREFIX):])
                 if isinstance(meta, dict) and meta.get("status") == "running":
-                    self._spawn(key[len(META_PREFIX):])
+                    self._spawn(key[len(META_PREFIX):], meta, fresh=False)
                     resumed += 1
             if resumed:
                 log.info("resumed workflows", count=resumed)
             for wf_id, wf_type, args in start:
-                await self.start(wf_id, wf_type, args)
+                if wf_id not in known:  # one that exists is resumed above, or has ended
+                    await self.start(wf_id, wf_type, args)
             if exit_when_idle:
                 if self._active:
                     await self._idle.wait()
@@ -120,61 +136,96 @@ class Worker:
         if wf_id not in self._active:
             current = meta if created else await self.store.get(meta_key(wf_id))
             if isinstance(current, dict) and current.get("status") == "running":
-                self._spawn(wf_id)
+                # Just created: its log is empty and nobody could deliver to it
+                # before the meta record existed, so the first run needs no load.
+                self._spawn(wf_id, current, fresh=created)
         return wf_id
 
-    def _spawn(self, wf_id: str) -> None:
+    def _spawn(self, wf_id: str, meta: dict[str, Any], *, fresh: bool) -> None:
         if wf_id in self._active or self._nursery is None:
             return
         self._active.add(wf_id)
-        self._nursery.start_soon(self._drive, wf_id, name=f"wf:{wf_id}")
+        self._nursery.start_soon(self._drive, wf_id, meta, fresh, name=f"wf:{wf_id}")
 
-    async def _drive(self, wf_id: str) -> None:
+    async def _drive(self, wf_id: str, meta: dict[str, Any], fresh: bool) -> None:
         try:
-            while await self._run_once(wf_id):
-                pass
+            known: tuple[dict[str, Any], bool] | None = (meta, fresh)
+            while known is not None:
+                known = await self._run_once(wf_id, *known)
         finally:
             self._active.discard(wf_id)
+            self._live.discard(wf_id)
+            self._inbox.pop(wf_id, None)
+            ended = self._ended.pop(wf_id, None)
+            if ended is not None:
+                ended.set()
             if not self._active and self._idle is not None:
                 self._idle.set()
 
-    async def _run_once(self, wf_id: str) -> bool:
-        """One run of the workflow; True if it continued as new (run again)."""
+    async def _run_once(
+        self, wf_id: str, meta: dict[str, Any], fresh: bool
+    ) -> tuple[dict[str, Any], bool] | None:
+        """One run of the workflow from its (known) meta record.
+
+        Returns the meta record of the next run if it continued as new, else
+        ``None``.  ``fresh`` means the run's log is known to be empty, so it is
+        not loaded.
+        """
         mkey = meta_key(wf_id)
-        meta: Any = await self.store.get(mkey)
-        if not isinstance(meta, dict) or meta.get("status") != "running":
-            return False
         wtype = self._types[meta["type"]]
         if meta["version"] > wtype.version:
             err = VersionError(f"workflow {wf_id} was started on version {meta['version']}; "
                                f"this code is version {wtype.version}")
             await self._finish(mkey, meta, "stopped", error=str(err))
-            return False
-        recorded = await self._load(wf_id, meta["run"])
+            return None
+        self._live.add(wf_id)
+        recorded = [] if fresh else await self._load(wf_id, meta["run"])
         if recorded:
             log.info("replaying", wf=wf_id, run=meta["run"], steps=len(recorded))
         ctx = Context(self, wf_id, meta, recorded)
         try:
             result = await wtype.fn(ctx)
         except ContinueAsNew as cont:
-            new = dict(meta, run=meta["run"] + 1, carried=cont.carried, version=wtype.version)
-            await self.store.put(mkey, new)
-            log.info("continued as new", wf=wf_id, run=new["run"], steps=ctx.steps)
-            return True
+            return await self._continue(ctx, meta, cont.carried, wtype.version)
         except NonDeterminismError as exc:
             log.error("non-determinism: workflow stopped", wf=wf_id, step=exc.step,
                       error=str(exc))
             await self._finish(mkey, meta, "stopped", error=str(exc))
-            return False
+            return None
         except StepFailed as exc:
             await self._finish(mkey, meta, "failed", error=str(exc))
-            return False
+            return None
         await self._finish(mkey, meta, "completed", result=result)
-        return False
+        return None
+
+    async def _continue(self, ctx: Context, meta: dict[str, Any], carried: Json,
+                        version: int) -> tuple[dict[str, Any], bool]:
+        """End run ``r`` and commit run ``r + 1``; returns the new meta record.
+
+        The messages run ``r`` consumed are deleted first (run ``r + 1`` starts
+        with an empty log, so it could not tell them from new ones); a crash
+        before the meta write replays run ``r``, which deletes them again.  The
+        old run's steps are collected beside the new run.
+        """
+        wf_id, run = ctx.id, meta["run"]
+        inbox = self._inbox.get(wf_id, {})
+        for key in sorted(ctx.consumed):
+            await self.store.delete(key)
+            inbox.pop(key, None)
+        new = dict(meta, run=run + 1, carried=carried, version=version)
+        await self.store.put(meta_key(wf_id), new)
+        log.info("continued as new", wf=wf_id, run=new["run"], steps=ctx.steps)
+        if self.durable and self._nursery is not None and ctx.steps:
+            garbage = [step_key(wf_id, run, n) for n in range(ctx.steps)]
+            self._nursery.start_soon(self._collect, garbage, name=f"gc:{wf_id}")
+        else:
+            self._memory.pop(wf_id, None)
+        return new, True
 
     async def _finish(self, mkey: str, meta: dict[str, Any], status: str, *,
                       result: Json = None, error: str | None = None) -> None:
         wf_id = mkey[len(META_PREFIX):]
+        self._live.discard(wf_id)  # before the write: a delivery now reads the meta
         await self.store.put(mkey, dict(meta, status=status, result=result, error=error))
         log.info(f"workflow {status}", wf=wf_id, result=result, error=error)
         parent = meta.get("parent")
@@ -185,22 +236,18 @@ class Worker:
                 "kind": "child_done", "child": wf_id, "outcome": status, "po": None})
 
     async def _load(self, wf_id: str, run: int) -> list[dict[str, Any]]:
-        """The current run's steps in order; deletes older runs' steps and old tombstones."""
-        if not self.durable:
-            steps: list[dict[str, Any]] = []
-            for key, value in sorted(self._memory.setdefault(wf_id, {}).items()):
-                where = parse_step_key(wf_id, key)
-                if where is not None and where[0] == run and isinstance(value, dict):
-                    steps.append(value)
-            return steps
+        """The current run's steps in order (and the inbox); deletes older runs' steps."""
         recorded: list[dict[str, Any]] = []
         garbage: list[str] = []
         entries: list[tuple[str, Any]] = await self.store.scan(log_prefix(wf_id))
+        inbox = self._inbox.setdefault(wf_id, {})
         for key, entry in entries:
             where = parse_step_key(wf_id, key)
             if where is None:
-                if isinstance(entry, dict) and entry.get("consumed", run) < run:
-                    garbage.append(key)
+                if key.startswith(inbox_prefix(wf_id)):
+                    inbox[key] = entry
+            elif not self.durable:
+                continue  # steps live in memory (and a crash forgot them)
             elif where[0] == run and where[1] == len(recorded) and isinstance(entry, dict):
                 recorded.append(entry)
             elif where[0] < run:
@@ -210,6 +257,11 @@ class Worker:
             # never be read by the new run, and a workflow waiting behind forty
             # deletes would not be routing messages.
             self._nursery.start_soon(self._collect, garbage, name=f"gc:{wf_id}")
+        if not self.durable:
+            for key, value in sorted(self._memory.setdefault(wf_id, {}).items()):
+                where = parse_step_key(wf_id, key)
+                if where is not None and where[0] == run and isinstance(value, dict):
+                    recorded.append(value)
         return recorded
 
     async def _collect(self, keys: list[str]) -> None:
@@ -228,7 +280,23 @@ class Worker:
         """Stable across attempts and replays: derived from the step's place in the log."""
         return f"{wf_id}/{run}/{n}{self._nonce}"
 
+    async def join(self, wf_id: str) -> Json:
+        """Wait until ``wf_id`` has ended here, then return its final meta record's status."""
+        if wf_id in self._active:
+            ended = self._ended.get(wf_id)
+            if ended is None:
+                ended = self._ended[wf_id] = trio.Event()
+            await ended.wait()
+        meta = await self.store.get(meta_key(wf_id))
+        if not isinstance(meta, dict):
+            return None
+        return {"status": meta.get("status"), "result": meta.get("result")}
+
     # -- messages --------------------------------------------------------------
+
+    def inbox(self, wf_id: str) -> dict[str, Json]:
+        """``wf_id``'s inbox as written (key -> message); its waits read it, not the store."""
+        return self._inbox.setdefault(wf_id, {})
 
     def bell(self, wf_id: str) -> trio.Event:
         """The event rung when ``wf_id``'s inbox gets a message (take it before looking)."""
@@ -244,12 +312,15 @@ class Worker:
         nobody will read it) or ``"unknown"`` (no such workflow yet: the sender
         should try again later, it may not have been created yet).
         """
-        meta = await self.store.get(meta_key(wf_id))
-        if not isinstance(meta, dict):
-            return "unknown"
-        if meta.get("status") != "running":
-            return "ended"
-        if await self.store.cas(inbox_key(wf_id, message_id), None, body):
+        if wf_id not in self._live:
+            meta = await self.store.get(meta_key(wf_id))
+            if not isinstance(meta, dict):
+                return "unknown"
+            if meta.get("status") != "running":
+                return "ended"
+        key = inbox_key(wf_id, message_id)
+        if await self.store.cas(key, None, body):
+            self._inbox.setdefault(wf_id, {})[key] = body
             bell = self._bells.pop(wf_id, None)
             if bell is not None:
                 bell.set()
