@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from dst.cli import main
 
@@ -30,20 +30,21 @@ def setup(sim, config):
 STEADY = LEAKY.replace("RUNS[0] += 1", "pass").replace("n=RUNS[0]", "n=1")
 
 
+def _check(tmp_path: Path, source: str) -> Result:
+    path = tmp_path / "scenario.py"
+    path.write_text(source)
+    return CliRunner().invoke(main, ["run", str(path), "--seeds", "3", "--check-determinism",
+                                     "--out", str(tmp_path / "out")])
+
+
 def test_check_determinism_reports_the_first_differing_record(tmp_path: Path) -> None:
-    path = tmp_path / "leaky.py"
-    path.write_text(LEAKY)
-    result = CliRunner().invoke(main, ["run", str(path), "--seeds", "3", "--check-determinism",
-                                       "--out", str(tmp_path / "out")])
+    result = _check(tmp_path, LEAKY)
     assert result.exit_code == 3, result.output
     assert "NONDETERMINISTIC seed 0" in result.output
     assert '"event":"run number"' in result.output
 
 
 def test_check_determinism_passes_a_deterministic_scenario(tmp_path: Path) -> None:
-    path = tmp_path / "steady.py"
-    path.write_text(STEADY)
-    result = CliRunner().invoke(main, ["run", str(path), "--seeds", "3", "--check-determinism",
-                                       "--out", str(tmp_path / "out")])
+    result = _check(tmp_path, STEADY)
     assert result.exit_code == 0, result.output
     assert "3 of 3 seeds replayed identically" in result.output
