@@ -48,3 +48,10 @@ def test_an_unknown_invariant_is_bad_input() -> None:
     result = CliRunner().invoke(table_command, ["approval", "--seeds", "5", "--invariant", "Nope"])
     assert result.exit_code == 2
     assert "has no invariant 'Nope'" in result.output
+
+
+def test_a_scenario_without_the_three_switches_is_bad_input() -> None:
+    result = CliRunner().invoke(table_command, ["counter", "--seeds", "5"])
+    assert result.exit_code == 2
+    assert "counter has no switch spend_mode" in result.output
+    assert "Traceback" not in result.output
