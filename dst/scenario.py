@@ -101,13 +101,13 @@ class Scenario:
 
     name: str
     doc: str
-    faults: FaultPlan | Callable[[Mapping[str, Any]], FaultPlan] = NO_FAULTS
+    faults: FaultPlan | Callable[[dict[str, Any]], FaultPlan] = NO_FAULTS
     max_steps: int = DEFAULT_MAX_STEPS
     switches: dict[str, Switch] = field(default_factory=dict)
     planted_bugs: list[PlantedBug] = field(default_factory=list)
     invariants: dict[str, Check] = field(default_factory=dict)
     end_checks: dict[str, Check] = field(default_factory=dict)
-    _setup: Callable[[Sim, Mapping[str, Any]], Any] | None = None
+    _setup: Callable[[Sim, dict[str, Any]], Any] | None = None
 
     # -- declaring -----------------------------------------------------------
 
@@ -123,8 +123,8 @@ class Scenario:
         self.planted_bugs.append(PlantedBug(dict(config), tuple(breaks), doc))
 
     def setup(
-        self, fn: Callable[[Sim, Mapping[str, Any]], Any]
-    ) -> Callable[[Sim, Mapping[str, Any]], Any]:
+        self, fn: Callable[[Sim, dict[str, Any]], Any]
+    ) -> Callable[[Sim, dict[str, Any]], Any]:
         """Decorator: ``fn(sim, config) -> world`` starts the system."""
         self._setup = fn
         return fn
@@ -189,13 +189,13 @@ class Scenario:
         return full
 
     def fault_plan(self, config: Mapping[str, Any]) -> FaultPlan:
-        return self.faults(config) if callable(self.faults) else self.faults
+        return self.faults(dict(config)) if callable(self.faults) else self.faults
 
     def build(self, sim: Sim, config: Mapping[str, Any]) -> Any:
         """Start the system on ``sim`` and register the checks against its world."""
         if self._setup is None:
             raise UsageError(f"scenario {self.name} has no @scenario.setup function")
-        world = self._setup(sim, config)
+        world = self._setup(sim, config if isinstance(config, dict) else dict(config))
         for name, fn in self.invariants.items():
             sim.invariant(name, _bind(fn, world))
         for name, fn in self.end_checks.items():

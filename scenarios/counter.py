@@ -37,6 +37,7 @@ async def worker(env: Env, world: World, cas: bool, increments: int) -> None:
     for _ in range(increments):
         while True:
             value = await env.store.get("n") or 0
+            assert isinstance(value, int)
             log.info("read counter", value=value)
             if not cas:
                 await env.store.put("n", value + 1)

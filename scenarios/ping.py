@@ -62,6 +62,7 @@ async def server(env: Env, dedup: bool) -> None:
             log.info("applied" if applied else "already applied", req=req)
         else:
             count = await env.store.get(f"effect/{req}") or 0
+            assert isinstance(count, int)
             await env.store.put(f"effect/{req}", count + 1)
             log.info("applied", req=req, times=count + 1)
         await env.net.send(msg.source, req)
