@@ -19,7 +19,7 @@ from dst.runner.single import RunResult, run_seeds
 SCENARIOS = [
     "replenish_crash", "replenish_outage", "replenish_lost_reply", "replenish_concurrency",
     "replenish_unreachable", "replenish_price", "replenish_deploy", "replenish_untrusted",
-    "replenish_history",
+    "replenish_history", "replenish_lost_goods",
 ]
 
 #: Seeds a planted bug must be found within (the issue's bar).
@@ -117,3 +117,34 @@ def test_a_crash_during_the_approval_wait_resumes_from_the_log() -> None:
 
     run_seeds(scenario, scenario.default_config(), range(60), on_result)
     assert resumed
+
+
+def test_goods_that_never_come_end_given_up_after_exactly_the_allowed_chases() -> None:
+    """The eager decider chases whenever allowed: the bound, not the model, stops it."""
+    from dst.agents.replenisher import MAX_CHASES
+
+    scenario = load("replenish_lost_goods")
+    outcomes: list[str] = []
+
+    def on_result(r: RunResult) -> None:
+        assert r.verdict == "pass", (r.seed, r.violated)
+        db = r.sim.stores["agent-db"]
+        shipped = any(rec[0] == "decision" and rec[3] == "data"
+                      and rec[4][rec[5]] == "supplier.ships:yes" for rec in r.sim.records)
+        for key in sorted(db.data):
+            meta = db.peek(key) if key.startswith("wfmeta/agent-SKU-1.r") else None
+            if not isinstance(meta, dict):
+                continue
+            outcome = meta["result"]["outcome"]
+            outcomes.append(outcome)
+            wf = key[len("wfmeta/"):]
+            chases = [k for k in db.data if k.startswith(f"wf/{wf}/")
+                      and (db.peek(k) or {}).get("name") == "tool:chase_supplier"]
+            if shipped:
+                assert outcome == "received"
+            else:
+                assert outcome == "given_up"
+                assert len(chases) == MAX_CHASES
+
+    run_seeds(scenario, scenario.default_config(), range(40), on_result)
+    assert {"received", "given_up"} <= set(outcomes)

@@ -46,6 +46,7 @@ class Options:
     key_per_attempt: bool = False  # idempotency key changes with each attempt
     unknown_is_failure: bool = False  # an order whose outcome is unknown counts as failed
     price_cap: bool = True  # the order carries the approved price as a cap
+    chase_limit: bool = True  # chase_supplier at most MAX_CHASES times per order
     trust_email: bool = False  # text in a supplier email may set the approval
     continue_as_new: bool = True  # the entity restarts itself with carried state
     carry_state: bool = True  # ... carrying all of it (promises included)

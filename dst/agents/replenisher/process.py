@@ -39,7 +39,7 @@ async def replenish(ctx: Context, o: Options) -> Json:
     args: Any = ctx.args
     s: State = new_state(args["sku"], order_quantity(ctx, args, o), args["entity"])
     for turn in range(1, MAX_TURNS + 1):
-        allowed = [t.name for t in TOOLS if t.allowed(s)]
+        allowed = [t.name for t in TOOLS if t.allowed(s, o)]
         view: dict[str, Json] = {k: s[k] for k in ("po", "price", "approved_up_to", "order",
                                                    "overdue", "goods", "closed", "rejected")}
 

@@ -60,7 +60,8 @@ def _service_step(service: str, op: str, request: dict[str, Json],
 @dataclass(frozen=True)
 class Tool:
     name: str
-    allowed: Callable[[State], bool]
+    #: The business rule: may the decider pick this tool in this state?
+    allowed: Callable[[State, Options], bool]
     execute: Callable[[Context, State, Options], Awaitable[Json]]
     apply: Callable[[State, Json, Options], None]
 
@@ -243,35 +244,36 @@ def _apply_done(s: State, r: Json, o: Options) -> None:
 
 
 TOOLS: tuple[Tool, ...] = (
-    Tool("get_quotes", lambda s: s["quote"] is None, _get_quotes, _apply_quotes),
-    Tool("draft_purchase_order", lambda s: s["quote"] is not None and s["po"] is None,
+    Tool("get_quotes", lambda s, o: s["quote"] is None, _get_quotes, _apply_quotes),
+    Tool("draft_purchase_order", lambda s, o: s["quote"] is not None and s["po"] is None,
          _draft, _apply_draft),
     Tool("request_approval",
-         lambda s: s["po"] is not None and not s["rejected"] and not _in_flight(s)
+         lambda s, o: s["po"] is not None and not s["rejected"] and not _in_flight(s)
          and not s["goods"] and s["approval_asked_at"] != s["price"] and _needs_approval(s),
          _request_approval, _apply_request),
     Tool("wait_for_approval",
-         lambda s: s["approval_asked_at"] is not None and not s["rejected"]
+         lambda s, o: s["approval_asked_at"] is not None and not s["rejected"]
          and _needs_approval(s) and s["approval_waits"] < MAX_APPROVAL_WAITS
          and not _in_flight(s),
          _wait_approval, _apply_approval),
     Tool("place_order",
-         lambda s: s["po"] is not None and not s["rejected"] and s["order"] is None
+         lambda s, o: s["po"] is not None and not s["rejected"] and s["order"] is None
          and not s["goods"] and not _needs_approval(s),
          _place_order, _apply_order),
     Tool("wait_for_supplier_reply",
-         lambda s: _in_flight(s) and s["reply"] is None and not s["overdue"] and not s["goods"],
+         lambda s, o: _in_flight(s) and s["reply"] is None and not s["overdue"] and not s["goods"],
          _wait_reply, _apply_reply),
-    Tool("read_supplier_reply", lambda s: s["reply"] is not None and not s["reply_read"],
+    Tool("read_supplier_reply", lambda s, o: s["reply"] is not None and not s["reply_read"],
          _read_reply, _apply_read),
     Tool("chase_supplier",
-         lambda s: s["overdue"] and s["chases"] < MAX_CHASES and not s["goods"],
+         lambda s, o: s["overdue"] and not s["goods"]
+         and (s["chases"] < MAX_CHASES or not o.chase_limit),
          _chase, _apply_chase),
-    Tool("wait_for_goods", lambda s: _in_flight(s) and not s["goods"], _wait_goods,
+    Tool("wait_for_goods", lambda s, o: _in_flight(s) and not s["goods"], _wait_goods,
          _apply_goods),
-    Tool("close_purchase_order", lambda s: s["goods"] and not s["closed"], _close,
+    Tool("close_purchase_order", lambda s, o: s["goods"] and not s["closed"], _close,
          _apply_close),
-    Tool("done", lambda s: not _in_flight(s) or s["closed"], _done, _apply_done),
+    Tool("done", lambda s, o: not _in_flight(s) or s["closed"], _done, _apply_done),
 )
 
 BY_NAME = {t.name: t for t in TOOLS}

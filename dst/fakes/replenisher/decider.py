@@ -4,7 +4,9 @@ The sensible policy is what a good model would do (finish what is finished,
 read what arrived, order once approved, otherwise ask or wait).  The adversary
 picks any allowed tool by ``sim.choose``, so the harness's rules are checked
 against every choice a model could make, not only against a good model.
-``mixed`` flips between the two each turn.
+``mixed`` flips between the two each turn.  ``eager`` is the sensible policy
+that also chases an overdue supplier whenever the rules allow it (the sensible
+one waits for goods it was promised), so the bound on chasing is what stops it.
 """
 
 from __future__ import annotations
@@ -32,9 +34,23 @@ def sensible(allowed: list[str], state: dict[str, Any]) -> str:
     return "done"
 
 
+def eager(allowed: list[str], state: dict[str, Any]) -> str:
+    if "chase_supplier" in allowed:
+        return "chase_supplier"
+    return sensible(allowed, state)
+
+
+MODES = ("sensible", "eager", "mixed", "adversarial")
+
+
 def make_decider(sim: Sim, mode: str) -> Any:
+    if mode not in MODES:
+        raise ValueError(f"no decider mode {mode!r} (known: {', '.join(MODES)})")
+
     def decider(op: str, req: Any) -> Json:
         allowed = list(req["allowed"])
+        if mode == "eager":
+            return eager(allowed, req["state"])
         if mode == "adversarial" or (
             mode == "mixed" and sim.choose("decider.mode", ["sensible", "wild"]) == "wild"
         ):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dst.agents.replenisher import MAX_TURNS, Options, run_replenisher
+from dst.agents.replenisher import MAX_CHASES, MAX_TURNS, Options, run_replenisher
 from dst.env import Env
 from dst.sim.kernel import Sim
 from dst.sim.store import SimStore
@@ -154,6 +154,27 @@ def never_failed_while_ordered(kit: Kit) -> bool | str:
         if meta["status"] == "completed" and result.get("outcome") != "received" \
                 and result.get("po") in held:
             return f"{wf} recorded {result['outcome']} while the supplier holds {result['po']}"
+    return True
+
+
+def chases_bounded(kit: Kit) -> bool | str:
+    """The supplier is chased at most ``MAX_CHASES`` times per purchase order.
+
+    A chase is counted by its idempotency key, so a chase retried or replayed
+    after a crash is the same chase, as the supplier would see it.
+    """
+    for po, keys in kit.world.chases.items():
+        if len(keys) > MAX_CHASES:
+            return f"{po} chased {len(keys)} times (at most {MAX_CHASES})"
+    return True
+
+
+def received_only_with_goods(kit: Kit) -> bool | str:
+    """A replenishment is recorded ``received`` only for goods that arrived."""
+    for wf, meta in kit.replenishments():
+        result = meta.get("result") or {}
+        if result.get("outcome") == "received" and result.get("po") not in kit.world.delivered:
+            return f"{wf} recorded received for {result.get('po')}, whose goods never came"
     return True
 
 
