@@ -331,3 +331,36 @@ def test_the_non_determinism_error_names_the_step_and_both_sides() -> None:
     err = NonDeterminismError("w1", 4, ("decide", {"turn": 3}), ("check_budget", None))
     assert str(err).startswith("workflow w1 step 4: the log holds decide({\"turn\":3}) but "
                                "the code asks for check_budget(null)")
+
+
+def test_new_code_that_ends_before_the_log_does_is_stopped_not_completed(store: Store) -> None:
+    """Two logged steps, new code that takes one and returns: never a silent completion."""
+
+    async def main() -> None:
+        rig = Rig(store)
+
+        async def v1(ctx: Context) -> Json:
+            await ctx.step("a", rig.effect("a"), 1)
+            await ctx.step("b", rig.effect("b"), 2)
+            await ctx.sleep(86400)
+            return "v1"
+
+        async def v2(ctx: Context) -> Json:
+            await ctx.step("a", rig.effect("a"), 1)
+            return "done without b"
+
+        async with trio.open_nursery() as n:
+            await rig.boot(n, [WorkflowType("wf", v1)], [("w1", "wf", None)])
+            await trio.sleep(3600)
+            rig.crash()
+        async with trio.open_nursery() as n:
+            await rig.boot(n, [WorkflowType("wf", v2)], [])
+            await trio.sleep(3600)
+            rig.crash()
+        meta = await store.get(meta_key("w1"))
+        assert isinstance(meta, dict)
+        assert meta["status"] == "stopped"
+        assert meta["error"].startswith("workflow w1 step 1: the log holds b(2) but the code ends")
+        assert [c[0] for c in rig.calls] == ["a", "b"]
+
+    run(main)

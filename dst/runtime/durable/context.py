@@ -104,6 +104,18 @@ class Context:
         """Steps taken so far in this run (the length of its log once live)."""
         return self._n
 
+    def check_ended(self) -> None:
+        """The code ended this run: a log with steps left was written by other code.
+
+        Without this, new code that takes fewer steps than the old one would
+        complete on the old run's outputs: a silent wrong replay.
+        """
+        if self._n < len(self._recorded):
+            rec = self._recorded[self._n]
+            raise NonDeterminismError(
+                self.id, self._n, (str(rec.get("name")), rec.get("input")), None
+            )
+
     def patched(self, since_version: int) -> bool:
         """Explicit version branch: did this run start on ``since_version`` or later?"""
         return self.version >= since_version

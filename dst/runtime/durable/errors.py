@@ -21,12 +21,15 @@ class NonDeterminismError(DurableError):
     """Replaying a log on this code asked for a different step than the log holds."""
 
     def __init__(
-        self, workflow: str, step: int, recorded: tuple[str, Json], asked: tuple[str, Json]
+        self, workflow: str, step: int, recorded: tuple[str, Json],
+        asked: tuple[str, Json] | None,
     ) -> None:
+        """``asked`` is ``None`` when the code ended (returned or continued as new) there."""
         self.workflow, self.step, self.recorded, self.asked = workflow, step, recorded, asked
+        wants = "ends" if asked is None else f"asks for {asked[0]}({_short(asked[1])})"
         super().__init__(
             f"workflow {workflow} step {step}: the log holds {recorded[0]}({_short(recorded[1])})"
-            f" but the code asks for {asked[0]}({_short(asked[1])}); add a version branch "
+            f" but the code {wants}; add a version branch "
             "(ctx.version) for workflows started on the old code, or let them finish on it"
         )
 

@@ -183,10 +183,14 @@ class Worker:
         if recorded:
             log.info("replaying", wf=wf_id, run=meta["run"], steps=len(recorded))
         ctx = Context(self, wf_id, meta, recorded)
+        continued: ContinueAsNew | None = None
+        result: Json = None
         try:
-            result = await wtype.fn(ctx)
-        except ContinueAsNew as cont:
-            return await self._continue(ctx, meta, cont.carried, wtype.version)
+            try:
+                result = await wtype.fn(ctx)
+            except ContinueAsNew as cont:
+                continued = cont
+            ctx.check_ended()
         except NonDeterminismError as exc:
             log.error("non-determinism: workflow stopped", wf=wf_id, step=exc.step,
                       error=str(exc))
@@ -195,6 +199,8 @@ class Worker:
         except StepFailed as exc:
             await self._finish(mkey, meta, "failed", error=str(exc))
             return None
+        if continued is not None:
+            return await self._continue(ctx, meta, continued.carried, wtype.version)
         await self._finish(mkey, meta, "completed", result=result)
         return None
 
