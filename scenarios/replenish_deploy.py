@@ -43,3 +43,4 @@ def setup(sim: Sim, config: dict[str, Any]) -> Kit:
 scenario.invariant("OrderWithinApproval")(checks.order_within_approval)
 scenario.invariant("OneOrderPerPO")(checks.one_order_per_po)
 scenario.at_end("EveryReplenishmentEnds")(checks.every_replenishment_ends)
+scenario.at_end("StockAtLeastSafety")(checks.stock_at_least_safety)

@@ -65,3 +65,4 @@ def promise_kept(kit: Kit) -> bool | str:
 scenario.invariant("OneActivePerSku")(checks.one_active_per_sku)
 scenario.invariant("OneOrderPerPO")(checks.one_order_per_po)
 scenario.at_end("EveryReplenishmentEnds")(checks.every_replenishment_ends)
+scenario.at_end("StockAtLeastSafety")(checks.stock_at_least_safety)

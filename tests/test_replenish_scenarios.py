@@ -62,17 +62,46 @@ def test_each_planted_bug_is_found_within_a_thousand_seeds(name: str, index: int
     assert found is not None, f"{name} {dict(bug.config)} not found in {FIND_WITHIN} seeds"
 
 
-def _failures(name: str, seeds: range) -> list[tuple[int, list[str]]]:
+#: Scenarios whose world cooperates in the end: the manager approves, the
+#: supplier ships.  A run may still end without the goods (a schedule slow
+#: enough that the agent stops waiting before the approval is routed to it is a
+#: legitimate run), so this is a share, not an invariant.  It is what fails for
+#: an agent that never manages to order: every check above would pass it.
+COOPERATIVE = {"replenish_crash", "replenish_outage", "replenish_lost_reply",
+               "replenish_concurrency", "replenish_unreachable", "replenish_price",
+               "replenish_deploy"}
+RECEIVED_AT_LEAST = 0.95
+
+
+def _outcomes(result: RunResult) -> list[str]:
+    db = result.sim.stores["agent-db"]
+    metas = [db.peek(k) for k in sorted(db.data) if k.startswith("wfmeta/") and ".r" in k]
+    return [str((m.get("result") or {}).get("outcome")) for m in metas if isinstance(m, dict)]
+
+
+def _failures(name: str, seeds: range, outcomes: list[str] | None = None,
+              ) -> list[tuple[int, list[str]]]:
     scenario = load(name)
     bad: list[tuple[int, list[str]]] = []
-    run_seeds(scenario, scenario.default_config(), seeds,
-              lambda r: bad.append((r.seed, r.violated)) if r.violated else None)
+
+    def on_result(r: RunResult) -> None:
+        if r.violated:
+            bad.append((r.seed, r.violated))
+        if outcomes is not None:
+            outcomes.extend(_outcomes(r))
+
+    run_seeds(scenario, scenario.default_config(), seeds, on_result)
     return bad
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_each_default_passes(name: str) -> None:
-    assert _failures(name, range(DEFAULT_SEEDS.get(name, DEFAULT_SEEDS_OTHERS))) == []
+    outcomes: list[str] = []
+    seeds = range(DEFAULT_SEEDS.get(name, DEFAULT_SEEDS_OTHERS))
+    assert _failures(name, seeds, outcomes) == []
+    if name in COOPERATIVE:
+        received = outcomes.count("received") / len(outcomes)
+        assert received >= RECEIVED_AT_LEAST, (name, received, set(outcomes))
 
 
 @soak
@@ -101,22 +130,43 @@ def test_new_code_without_a_version_branch_is_stopped_loudly_not_replayed_wrongl
     run_seeds(scenario, config, range(120), on_result)
     assert violated == []
     assert stopped, "no run replayed an old log on new code in 120 seeds"
-    assert all("the log holds tool:draft_purchase_order" in e or "step" in e for e in stopped)
+    # Version 2 orders up to 3x safety stock: the first logged step whose input
+    # holds the quantity is where the replay must stop, naming both sides.
+    for error in stopped:
+        assert error.startswith("workflow agent-SKU-1.r1 step 1: the log holds "
+                                'tool:get_quotes({"qty":16,"sku":"SKU-1"}) but the code asks '
+                                'for tool:get_quotes({"qty":26,"sku":"SKU-1"})'), error
 
 
-def test_a_crash_during_the_approval_wait_resumes_from_the_log() -> None:
-    """Some default run crashes while waiting for approval and still asks only once."""
+def test_a_crash_days_into_the_approval_wait_resumes_from_the_log() -> None:
+    """Runs that crash on a later day than their approval wait began ask the manager once.
+
+    Counted from the trace: the manager is asked at the choice point of its service
+    call, so a replay that asked again would show a second such decision.
+    """
     scenario = load("replenish_crash")
-    resumed: list[int] = []
+    during_wait: list[int] = []
 
     def on_result(r: RunResult) -> None:
-        events = [rec[4] for rec in r.sim.records if rec[0] == "event"]
-        crashed = any(rec[0] == "fault" and rec[3] == "crash" for rec in r.sim.records)
-        if crashed and "replaying" in events and not r.violated:
-            resumed.append(r.seed)
+        records = r.trace().records
+        turns = [(rec["t"], rec["fields"]["tool"]) for rec in records
+                 if rec["type"] == "event" and rec["event"] == "turn"]
+        began = next((t for t, tool in turns if tool == "wait_for_approval"), None)
+        if began is None:
+            return
+        ended = next((t for t, tool in turns if t > began), float("inf"))
+        crashes = [rec["t"] for rec in records if rec["type"] == "fault"
+                   and rec["fault"] == "crash"]
+        if not any(began < t < ended for t in crashes):
+            return
+        asked = [rec for rec in records if rec["type"] == "decision"
+                 and rec["enabled"][rec["chosen"]].endswith("@call:manager.request_approval")]
+        assert len(asked) == 1, (r.seed, len(asked))
+        assert not r.violated, (r.seed, r.violated)
+        during_wait.append(r.seed)
 
-    run_seeds(scenario, scenario.default_config(), range(60), on_result)
-    assert resumed
+    run_seeds(scenario, scenario.default_config(), range(300), on_result)
+    assert during_wait, "no run crashed days into its approval wait in 300 seeds"
 
 
 def test_goods_that_never_come_end_given_up_after_exactly_the_allowed_chases() -> None:
@@ -148,3 +198,35 @@ def test_goods_that_never_come_end_given_up_after_exactly_the_allowed_chases() -
 
     run_seeds(scenario, scenario.default_config(), range(40), on_result)
     assert {"received", "given_up"} <= set(outcomes)
+
+
+def test_a_manager_who_rejects_ends_the_replenishment_rejected_with_no_order() -> None:
+    """The manager's "no" (chosen per request) is final: no order is placed for that PO."""
+    from dst import Scenario, Sim
+    from dst.agents.replenisher import Options
+    from dst.fakes.replenisher import Kit, WorldConfig, build
+    from dst.fakes.replenisher import kit as checks
+
+    scenario = Scenario("replenish_rejects", doc="the manager may reject",
+                        faults=checks.fault_plan(), max_steps=3000)
+    checks.fault_switches(scenario)
+
+    @scenario.setup
+    def setup(sim: Sim, config: dict[str, Any]) -> Kit:
+        return build(sim, Options(), WorldConfig(may_reject=True, approval_days=(1, 3)))
+
+    scenario.invariant("OrderWithinApproval")(checks.order_within_approval)
+    scenario.at_end("EveryReplenishmentEnds")(checks.every_replenishment_ends)
+    outcomes: list[str] = []
+
+    def on_result(r: RunResult) -> None:
+        assert not r.violated, (r.seed, r.violated)
+        ended = _outcomes(r)
+        outcomes.extend(ended)
+        if "rejected" in ended:
+            ordered = [rec for rec in r.trace().records if rec["type"] == "decision"
+                       and rec["enabled"][rec["chosen"]].endswith("@call:supplier.order")]
+            assert ordered == [], r.seed
+
+    run_seeds(scenario, scenario.default_config(), range(100), on_result)
+    assert {"rejected", "received"} <= set(outcomes)
