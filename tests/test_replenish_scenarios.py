@@ -87,6 +87,8 @@ def _failures(name: str, seeds: range, outcomes: list[str] | None = None,
     def on_result(r: RunResult) -> None:
         if r.violated:
             bad.append((r.seed, r.violated))
+        elif r.ended == "bound":  # its end-of-run checks never ran
+            bad.append((r.seed, [f"hit the bound of {scenario.max_steps} steps"]))
         if outcomes is not None:
             outcomes.extend(_outcomes(r))
 

@@ -13,6 +13,7 @@ fails at the sender with a ``TypeError`` instead of somewhere downstream.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import random
@@ -26,7 +27,9 @@ from dst.runtime.store import canonical_json
 
 __all__ = ["Handler", "LocalNetwork", "LocalServices", "TrioClock", "WallClock", "make_env"]
 
-Handler = Callable[[str, Json], Awaitable[Json]]
+#: A service handler: ``handler(op, request) -> reply``, plain or async (as in the
+#: simulator, so the same fake serves both).
+Handler = Callable[[str, Json], Json | Awaitable[Json]]
 """A service handler: ``async handler(op, request) -> reply``."""
 
 
@@ -180,7 +183,9 @@ class LocalServices:
                 "call LocalServices.register first"
             )
         where = f"service {service!r} op {op!r}"
-        reply = await handler(op, _copy(request, f"request to {where}"))
+        reply = handler(op, _copy(request, f"request to {where}"))
+        if inspect.isawaitable(reply):
+            reply = await reply
         return _copy(reply, f"reply from {where}")
 
     def services(self) -> list[str]:
