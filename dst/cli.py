@@ -246,9 +246,10 @@ def _print_failure(o: SeedOutcome, scenario: Scenario, config: dict[str, Any], p
     if full and trace is not None:
         lines = story(trace)
         width = max([len(actor) for _, _, actor, _ in lines] + [8])
+        time_w = max([len(t) for _, t, _, _ in lines] + [0])  # "1d 00:00:00.000" is wider
         click.echo(f"  story ({len(lines)} lines, {o.steps} steps):")
         for i, (_step, t, actor, told) in enumerate(lines, 1):
-            click.echo(f"    {i:>3}  {t}  {actor:<{width}}  {told}")
+            click.echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {told}")
     click.echo(f"  trace:  {path}")
     click.echo(f"  replay: {replay_command_line(path, ref)}")
 

@@ -80,8 +80,9 @@ def render_text(trace: Trace, *, verbose: bool = False) -> str:
     out = [f"{h['scenario']} [{config}] seed {h['seed']} ({h['strategy']})"]
     lines = story(trace, verbose=verbose)
     actor_w = max([len(a) for _, _, a, _ in lines] + [5])
+    time_w = max([len(t) for _, t, _, _ in lines] + [0])
     for step, t, actor, text in lines:
-        out.append(f"  {step:>5}  {t}  {actor:<{actor_w}}  {text}")
+        out.append(f"  {step:>5}  {t:>{time_w}}  {actor:<{actor_w}}  {text}")
     verdict = f.get("verdict", "?")
     violated = ", ".join(f.get("violated", [])) or "nothing"
     out.append(f"verdict: {verdict} (violated: {violated}); {f.get('steps')} steps, "
