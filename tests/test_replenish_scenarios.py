@@ -232,3 +232,14 @@ def test_a_manager_who_rejects_ends_the_replenishment_rejected_with_no_order() -
 
     run_seeds(scenario, scenario.default_config(), range(100), on_result)
     assert {"rejected", "received"} <= set(outcomes)
+
+
+def test_an_entity_living_three_years_keeps_its_log_bounded_and_its_promise() -> None:
+    """The longest horizon the scenario offers, with its faults on: still passes."""
+    scenario = load("replenish_history")
+    config = scenario.checked_config({"years": 3})
+    results: list[RunResult] = []
+    run_seeds(scenario, config, range(10), results.append)
+    assert [(r.seed, r.violated) for r in results if r.violated] == []
+    assert all(r.ended == "quiescent" for r in results)
+    assert min(r.virtual_time for r in results) >= 3 * 364 * 86400 * 0.9
