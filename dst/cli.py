@@ -348,6 +348,7 @@ def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int
                          for o in summary.failures],
             "by_invariant": dict(sorted(summary.by_invariant.items())),
             "resumed": resumed, "interrupted": summary.interrupted,
+            "bounded": summary.bounded,
             "nondeterministic": [{"seed": o.seed, "difference": o.nondeterminism}
                                  for o in summary.nondeterministic],
         }
@@ -378,6 +379,11 @@ def _print_summary(scen: Scenario, config: dict[str, Any], summary: BulkSummary,
     click.echo(f"{scen.name} [{_config_text(config)}]: {summary.runs:,} runs{earlier}, "
                f"{len(summary.failures):,} failed{' (' + by + ')' if by else ''}, "
                f"{rate:,.0f} runs/s ({seconds:.1f}s)")
+    if summary.bounded:
+        first = next((paths[s] for s in summary.bounded_seeds if s in paths), None)
+        click.echo(f"{summary.bounded:,} runs hit the step bound ({scen.max_steps:,} steps) "
+                   "before the system came to rest, so their end-of-run checks did not run"
+                   + (f"; see one with: dst show {first}" if first else ""))
     if summary.interrupted:
         click.echo("interrupted: the seeds finished so far are recorded; "
                    "run the same command with --resume to continue")

@@ -353,3 +353,65 @@ def test_python_dash_m_dst_works_like_dst() -> None:
                          text=True, check=False)
     assert bad.returncode == 2
     assert bad.stderr.strip().startswith("error: ") and "did you mean counter?" in bad.stderr
+
+
+RESTLESS_SCENARIO = '''
+from typing import Any
+
+from dst import Env, Scenario, Sim
+
+scenario = Scenario("restless", doc="a poller that never rests", max_steps=25)
+
+
+async def poller(env: Env) -> None:
+    while True:
+        await env.store.get("n")
+
+
+@scenario.setup
+def setup(sim: Sim, config: dict[str, Any]) -> Any:
+    db = sim.store("db")
+    sim.process("poller", poller, stores=["db"])
+    return db
+
+
+@scenario.at_end("NeverChecked")
+def never_checked(db: Any) -> bool | str:
+    return "an end-of-run check ran although the run never came to rest"
+'''
+
+
+def test_runs_cut_at_the_step_bound_are_counted_and_their_traces_kept(tmp_path: Path) -> None:
+    """Their end-of-run checks never ran, so a summary that stayed silent would overstate."""
+    source = tmp_path / "restless.py"
+    source.write_text(RESTLESS_SCENARIO, encoding="utf-8")
+    out = tmp_path / "out"
+    result = invoke("run", str(source), "--seeds", "4", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "4 runs hit the step bound (25 steps) before the system came to rest" in result.stdout
+    shown = result.stdout.split("see one with: dst show ", 1)[1].split()[0]
+    assert Path(shown).exists()
+    assert invoke("show", shown).exit_code == 0
+
+    resumed = invoke("run", str(source), "--seeds", "6", "--out", str(out), "--resume",
+                     "--json")
+    assert json.loads(resumed.stdout)["bounded"] == 6
+
+
+def test_a_results_database_from_before_the_bound_count_is_upgraded(tmp_path: Path) -> None:
+    import sqlite3
+
+    from dst.runner.results import ResultsDB
+
+    old = sqlite3.connect(tmp_path / "results.sqlite")
+    old.executescript(
+        "CREATE TABLE chunks (run_key TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT"
+        " NULL, runs INTEGER NOT NULL, decisions INTEGER NOT NULL, PRIMARY KEY (run_key, start));"
+        "INSERT INTO chunks VALUES ('k', 0, 200, 200, 9000);")
+    old.commit()
+    old.close()
+    with ResultsDB(tmp_path) as db:
+        assert db.done_ranges("k") == [(0, 200)]
+        assert db.bounded_within("k", 0, None) == 0
+        db.record_chunk("k", list(range(200, 400)), 9000, [], bounded=3)
+        assert db.bounded_within("k", 0, None) == 3

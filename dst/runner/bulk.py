@@ -33,6 +33,9 @@ class SeedOutcome:
     steps: int
     trace_text: str | None  # only for failing seeds (or all, when asked)
     nondeterminism: str | None = None
+    #: Why the run ended; "bound" means it hit its step bound, so its end-of-run
+    #: checks did not run (a summary says how many did).
+    ended: str = "quiescent"
 
 
 @dataclass
@@ -42,6 +45,10 @@ class BulkSummary:
     by_invariant: dict[str, int] = field(default_factory=dict)
     nondeterministic: list[SeedOutcome] = field(default_factory=list)
     decisions: int = 0
+    #: Runs that hit the scenario's step bound (end-of-run checks not run), and
+    #: the first few of their seeds in this invocation.
+    bounded: int = 0
+    bounded_seeds: list[int] = field(default_factory=list)
     #: True when Ctrl-C stopped the run early (the chunks done so far count).
     interrupted: bool = False
     #: Keep each failure's trace text in ``failures``.  Off when the caller writes
@@ -53,6 +60,10 @@ class BulkSummary:
         for o in outcomes:
             self.runs += 1
             self.decisions += o.steps
+            if o.ended == "bound":
+                self.bounded += 1
+                if len(self.bounded_seeds) < 3:
+                    self.bounded_seeds.append(o.seed)
             if o.verdict == "fail":
                 self.failures.append(o if self.keep_traces else replace(o, trace_text=None))
                 for name in o.violated:
@@ -62,8 +73,11 @@ class BulkSummary:
 
 
 def _outcome(r: RunResult, keep_trace: bool) -> SeedOutcome:
-    text = r.trace().text() if (keep_trace or r.verdict == "fail") else None
-    return SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps, text)
+    # Failing runs and runs cut at the step bound keep their traces: both are
+    # what a user has to look at.
+    text = r.trace().text() if (keep_trace or r.verdict == "fail" or r.ended == "bound") \
+        else None
+    return SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps, text, ended=r.ended)
 
 
 def run_chunk(
@@ -83,7 +97,7 @@ def run_chunk(
         diff = first_difference(a, b)
         if diff is not None:
             o = SeedOutcome(o.seed, o.verdict, o.violated, o.steps,
-                            a.trace().text(), nondeterminism=diff)
+                            a.trace().text(), nondeterminism=diff, ended=o.ended)
         checked.append(o)
     return checked
 

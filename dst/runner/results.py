@@ -30,6 +30,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunks (
     run_key TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
     runs INTEGER NOT NULL, decisions INTEGER NOT NULL,
+    bounded INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run_key, start)
 );
 CREATE TABLE IF NOT EXISTS failures (
@@ -62,6 +63,11 @@ class ResultsDB:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path)
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
+        if "bounded" not in columns:  # a database written before the column existed
+            with self._db:
+                self._db.execute(
+                    "ALTER TABLE chunks ADD COLUMN bounded INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         self._db.close()
@@ -73,14 +79,15 @@ class ResultsDB:
         self.close()
 
     def record_chunk(self, key: str, seeds: list[int], decisions: int,
-                     failures: Iterable[StoredFailure]) -> None:
+                     failures: Iterable[StoredFailure], bounded: int = 0) -> None:
         """Mark the contiguous ``seeds`` done, with their failures, in one transaction."""
         if not seeds:
             return
         with self._db:
             self._db.execute(
-                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?)",
-                (key, seeds[0], seeds[-1] + 1, len(seeds), decisions))
+                "INSERT OR REPLACE INTO chunks (run_key, start, stop, runs, decisions, bounded)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (key, seeds[0], seeds[-1] + 1, len(seeds), decisions, bounded))
             self._db.executemany(
                 "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?, ?)",
                 [(key, f.seed, json.dumps(list(f.violated)), f.steps, f.trace)
@@ -97,6 +104,13 @@ class ResultsDB:
             else:
                 merged.append((start, stop))
         return merged
+
+    def bounded_within(self, key: str, start: int, stop: int | None) -> int:
+        """Runs that hit the step bound, in the done chunks that start in ``[start, stop)``."""
+        row = self._db.execute(
+            "SELECT COALESCE(SUM(bounded), 0) FROM chunks WHERE run_key = ? AND start >= ?"
+            " AND start < ?", (key, start, stop if stop is not None else 2**62)).fetchone()
+        return int(row[0])
 
     def failures_within(self, key: str, start: int, stop: int | None) -> list[StoredFailure]:
         rows = self._db.execute(
@@ -154,6 +168,7 @@ class Recorder:
         """Load earlier results of ``[start, stop)`` into ``summary``; return the done ranges."""
         done = self.db.done_ranges(self.key)
         summary.runs += count_within(done, start, stop)
+        summary.bounded += self.db.bounded_within(self.key, start, stop)
         for f in self.db.failures_within(self.key, start, stop):
             self.paths[f.seed] = Path(f.trace)
             summary.failures.append(SeedOutcome(f.seed, "fail", f.violated, f.steps, None))
@@ -168,7 +183,8 @@ class Recorder:
         """Write the traces of this chunk's failing seeds, then mark the chunk done."""
         stored = []
         for o in outcomes:
-            if o.trace_text is None or (o.verdict != "fail" and not o.nondeterminism):
+            if o.trace_text is None or (o.verdict != "fail" and not o.nondeterminism
+                                        and o.ended != "bound"):
                 continue
             path = self.trace_path(o.seed)
             tmp = path.with_name(path.name + ".tmp")
@@ -179,7 +195,8 @@ class Recorder:
                 stored.append(StoredFailure(o.seed, tuple(o.violated), o.steps, str(path)))
         if self.record:
             seeds = [o.seed for o in outcomes]
-            self.db.record_chunk(self.key, seeds, sum(o.steps for o in outcomes), stored)
+            self.db.record_chunk(self.key, seeds, sum(o.steps for o in outcomes), stored,
+                                 bounded=sum(o.ended == "bound" for o in outcomes))
 
     def close(self) -> None:
         self.db.close()
