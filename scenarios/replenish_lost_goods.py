@@ -7,7 +7,8 @@ turns and any allowed tool on others.  With ``chase_limit=true`` (the default)
 ``chase_supplier`` is allowed only while the order is overdue and at most
 ``MAX_CHASES`` times, and a replenishment whose goods never come runs out of
 turns and ends ``given_up``, never ``received``.  With ``chase_limit=false``
-the rule keeps only "overdue", and the supplier is chased without end.
+the rule keeps only "overdue", and the supplier is chased past ``MAX_CHASES``,
+after every two-week wait, until the turns run out.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ scenario.switch("chase_limit", True, doc="at most MAX_CHASES chases per order (f
 scenario.switch("decider", "eager", choices=["eager", "mixed"], doc="the fake model")
 checks.fault_switches(scenario)
 scenario.planted_bug({"chase_limit": False}, breaks=["ChasesBounded"],
-                     doc="the chase rule forgets its bound: the supplier is chased without end")
+                     doc="the chase rule forgets its bound: the supplier is chased past MAX_CHASES")
 
 
 @scenario.setup

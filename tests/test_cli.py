@@ -396,9 +396,14 @@ def test_runs_cut_at_the_step_bound_are_counted_and_their_traces_kept(tmp_path: 
     resumed = invoke("run", str(source), "--seeds", "6", "--out", str(out), "--resume",
                      "--json")
     assert json.loads(resumed.stdout)["bounded"] == 6
+    # Counted seed by seed, so a narrower resumed range counts only its own seeds,
+    # and the earlier runs' traces are still offered.
+    part = invoke("run", str(source), "--seed-range", "2:5", "--out", str(out), "--resume")
+    assert "3 runs hit the step bound" in part.stdout, part.stdout
+    assert "see one with: dst show " in part.stdout
 
 
-def test_a_results_database_from_before_the_bound_count_is_upgraded(tmp_path: Path) -> None:
+def test_a_results_database_from_before_the_bound_count_gains_its_table(tmp_path: Path) -> None:
     import sqlite3
 
     from dst.runner.results import ResultsDB
@@ -412,6 +417,7 @@ def test_a_results_database_from_before_the_bound_count_is_upgraded(tmp_path: Pa
     old.close()
     with ResultsDB(tmp_path) as db:
         assert db.done_ranges("k") == [(0, 200)]
-        assert db.bounded_within("k", 0, None) == 0
-        db.record_chunk("k", list(range(200, 400)), 9000, [], bounded=3)
-        assert db.bounded_within("k", 0, None) == 3
+        assert db.bounded_within("k", 0, None) == []
+        db.record_chunk("k", list(range(200, 400)), 9000, [], [(250, "k-250.jsonl")])
+        assert db.bounded_within("k", 0, None) == [(250, "k-250.jsonl")]
+        assert db.bounded_within("k", 0, 250) == []

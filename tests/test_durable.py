@@ -25,6 +25,7 @@ from dst.runtime.durable import (
     NonDeterminismError,
     RetryPolicy,
     StepCall,
+    StepFailed,
     Worker,
     WorkflowType,
     log_prefix,
@@ -359,8 +360,48 @@ def test_new_code_that_ends_before_the_log_does_is_stopped_not_completed(store: 
             rig.crash()
         meta = await store.get(meta_key("w1"))
         assert isinstance(meta, dict)
-        assert meta["status"] == "stopped"
+        assert meta["status"] == "stopped" and meta["reason"] == "nondeterminism"
         assert meta["error"].startswith("workflow w1 step 1: the log holds b(2) but the code ends")
         assert [c[0] for c in rig.calls] == ["a", "b"]
+
+    run(main)
+
+
+def test_new_code_that_lets_a_logged_failure_escape_early_is_stopped_not_failed(
+    store: Store,
+) -> None:
+    """v1 caught step a's failure and went on to b; v2 lets it escape: not a plain failure."""
+
+    async def main() -> None:
+        rig = Rig(store)
+
+        async def down(call: StepCall) -> Json:
+            raise ServiceUnavailable("supplier down")
+
+        async def v1(ctx: Context) -> Json:
+            try:
+                await ctx.step("a", down, 1)
+            except StepFailed:
+                pass
+            await ctx.step("b", rig.effect("b"), 2)
+            await ctx.sleep(86400)
+            return "v1"
+
+        async def v2(ctx: Context) -> Json:
+            await ctx.step("a", down, 1)
+            return "v2"
+
+        async with trio.open_nursery() as n:
+            await rig.boot(n, [WorkflowType("wf", v1)], [("w1", "wf", None)])
+            await trio.sleep(3600)
+            rig.crash()
+        async with trio.open_nursery() as n:
+            await rig.boot(n, [WorkflowType("wf", v2)], [])
+            await trio.sleep(3600)
+            rig.crash()
+        meta = await store.get(meta_key("w1"))
+        assert isinstance(meta, dict)
+        assert meta["status"] == "stopped" and meta["reason"] == "nondeterminism", meta
+        assert meta["error"].startswith("workflow w1 step 1: the log holds b(2) but the code ends")
 
     run(main)

@@ -30,12 +30,15 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunks (
     run_key TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
     runs INTEGER NOT NULL, decisions INTEGER NOT NULL,
-    bounded INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run_key, start)
 );
 CREATE TABLE IF NOT EXISTS failures (
     run_key TEXT NOT NULL, seed INTEGER NOT NULL, violated TEXT NOT NULL,
     steps INTEGER NOT NULL, trace TEXT NOT NULL,
+    PRIMARY KEY (run_key, seed)
+);
+CREATE TABLE IF NOT EXISTS bounded (
+    run_key TEXT NOT NULL, seed INTEGER NOT NULL, trace TEXT NOT NULL,
     PRIMARY KEY (run_key, seed)
 );
 """
@@ -62,12 +65,9 @@ class ResultsDB:
         self.path = Path(out_dir) / DB_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path)
+        # Only CREATE ... IF NOT EXISTS: a database written by an older dst gains
+        # the tables it lacks, and two runs opening one database cannot race.
         self._db.executescript(_SCHEMA)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
-        if "bounded" not in columns:  # a database written before the column existed
-            with self._db:
-                self._db.execute(
-                    "ALTER TABLE chunks ADD COLUMN bounded INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         self._db.close()
@@ -79,15 +79,19 @@ class ResultsDB:
         self.close()
 
     def record_chunk(self, key: str, seeds: list[int], decisions: int,
-                     failures: Iterable[StoredFailure], bounded: int = 0) -> None:
-        """Mark the contiguous ``seeds`` done, with their failures, in one transaction."""
+                     failures: Iterable[StoredFailure],
+                     bounded: Iterable[tuple[int, str]] = ()) -> None:
+        """Mark the contiguous ``seeds`` done, with their failures and the runs cut at
+        the step bound (``(seed, trace path)``), in one transaction."""
         if not seeds:
             return
         with self._db:
             self._db.execute(
-                "INSERT OR REPLACE INTO chunks (run_key, start, stop, runs, decisions, bounded)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (key, seeds[0], seeds[-1] + 1, len(seeds), decisions, bounded))
+                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?)",
+                (key, seeds[0], seeds[-1] + 1, len(seeds), decisions))
+            self._db.executemany(
+                "INSERT OR REPLACE INTO bounded VALUES (?, ?, ?)",
+                [(key, seed, trace) for seed, trace in bounded])
             self._db.executemany(
                 "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?, ?)",
                 [(key, f.seed, json.dumps(list(f.violated)), f.steps, f.trace)
@@ -105,12 +109,12 @@ class ResultsDB:
                 merged.append((start, stop))
         return merged
 
-    def bounded_within(self, key: str, start: int, stop: int | None) -> int:
-        """Runs that hit the step bound, in the done chunks that start in ``[start, stop)``."""
-        row = self._db.execute(
-            "SELECT COALESCE(SUM(bounded), 0) FROM chunks WHERE run_key = ? AND start >= ?"
-            " AND start < ?", (key, start, stop if stop is not None else 2**62)).fetchone()
-        return int(row[0])
+    def bounded_within(self, key: str, start: int, stop: int | None) -> list[tuple[int, str]]:
+        """``(seed, trace path)`` of the runs in ``[start, stop)`` cut at the step bound."""
+        rows = self._db.execute(
+            "SELECT seed, trace FROM bounded WHERE run_key = ? AND seed >= ? AND seed < ?"
+            " ORDER BY seed", (key, start, stop if stop is not None else 2**62))
+        return [(int(seed), str(trace)) for seed, trace in rows]
 
     def failures_within(self, key: str, start: int, stop: int | None) -> list[StoredFailure]:
         rows = self._db.execute(
@@ -168,7 +172,11 @@ class Recorder:
         """Load earlier results of ``[start, stop)`` into ``summary``; return the done ranges."""
         done = self.db.done_ranges(self.key)
         summary.runs += count_within(done, start, stop)
-        summary.bounded += self.db.bounded_within(self.key, start, stop)
+        for seed, trace in self.db.bounded_within(self.key, start, stop):
+            summary.bounded += 1
+            if len(summary.bounded_seeds) < 3:
+                summary.bounded_seeds.append(seed)
+            self.paths[seed] = Path(trace)
         for f in self.db.failures_within(self.key, start, stop):
             self.paths[f.seed] = Path(f.trace)
             summary.failures.append(SeedOutcome(f.seed, "fail", f.violated, f.steps, None))
@@ -180,8 +188,9 @@ class Recorder:
         return self.out_dir / f"{self.scenario}-{seed}.jsonl"
 
     def chunk_done(self, outcomes: list[SeedOutcome]) -> None:
-        """Write the traces of this chunk's failing seeds, then mark the chunk done."""
+        """Write the traces of this chunk's failing (and bounded) seeds, then mark it done."""
         stored = []
+        bounded: list[tuple[int, str]] = []
         for o in outcomes:
             if o.trace_text is None or (o.verdict != "fail" and not o.nondeterminism
                                         and o.ended != "bound"):
@@ -193,10 +202,12 @@ class Recorder:
             self.paths[o.seed] = path
             if o.verdict == "fail":
                 stored.append(StoredFailure(o.seed, tuple(o.violated), o.steps, str(path)))
+            elif o.ended == "bound":
+                bounded.append((o.seed, str(path)))
         if self.record:
             seeds = [o.seed for o in outcomes]
             self.db.record_chunk(self.key, seeds, sum(o.steps for o in outcomes), stored,
-                                 bounded=sum(o.ended == "bound" for o in outcomes))
+                                 bounded)
 
     def close(self) -> None:
         self.db.close()

@@ -27,10 +27,9 @@ from dst.runtime.store import canonical_json
 
 __all__ = ["Handler", "LocalNetwork", "LocalServices", "TrioClock", "WallClock", "make_env"]
 
-#: A service handler: ``handler(op, request) -> reply``, plain or async (as in the
-#: simulator, so the same fake serves both).
 Handler = Callable[[str, Json], Json | Awaitable[Json]]
-"""A service handler: ``async handler(op, request) -> reply``."""
+"""A service handler: ``handler(op, request) -> reply``, plain or async (as in the
+simulator, so the same fake serves both)."""
 
 
 def _copy(value: Json, context: str) -> Json:

@@ -176,7 +176,7 @@ class Worker:
         if meta["version"] > wtype.version:
             err = VersionError(f"workflow {wf_id} was started on version {meta['version']}; "
                                f"this code is version {wtype.version}")
-            await self._finish(mkey, meta, "stopped", error=str(err))
+            await self._finish(mkey, meta, "stopped", error=str(err), reason="version")
             return None
         self._live.add(wf_id)
         recorded = [] if fresh else await self._load(wf_id, meta["run"])
@@ -184,20 +184,25 @@ class Worker:
             log.info("replaying", wf=wf_id, run=meta["run"], steps=len(recorded))
         ctx = Context(self, wf_id, meta, recorded)
         continued: ContinueAsNew | None = None
+        failed: StepFailed | None = None
         result: Json = None
         try:
             try:
                 result = await wtype.fn(ctx)
             except ContinueAsNew as cont:
                 continued = cont
+            except StepFailed as exc:
+                failed = exc
+            # However the code ended (returned, continued as new, or let a logged
+            # failure escape), a log with steps left was written by other code.
             ctx.check_ended()
         except NonDeterminismError as exc:
             log.error("non-determinism: workflow stopped", wf=wf_id, step=exc.step,
                       error=str(exc))
-            await self._finish(mkey, meta, "stopped", error=str(exc))
+            await self._finish(mkey, meta, "stopped", error=str(exc), reason="nondeterminism")
             return None
-        except StepFailed as exc:
-            await self._finish(mkey, meta, "failed", error=str(exc))
+        if failed is not None:
+            await self._finish(mkey, meta, "failed", error=str(failed))
             return None
         if continued is not None:
             return await self._continue(ctx, meta, continued.carried, wtype.version)
@@ -229,10 +234,15 @@ class Worker:
         return new, True
 
     async def _finish(self, mkey: str, meta: dict[str, Any], status: str, *,
-                      result: Json = None, error: str | None = None) -> None:
+                      result: Json = None, error: str | None = None,
+                      reason: str | None = None) -> None:
+        """Write the final meta record; a ``stopped`` one says why (``reason``)."""
         wf_id = mkey[len(META_PREFIX):]
         self._live.discard(wf_id)  # before the write: a delivery now reads the meta
-        await self.store.put(mkey, dict(meta, status=status, result=result, error=error))
+        final = dict(meta, status=status, result=result, error=error)
+        if reason is not None:
+            final["reason"] = reason
+        await self.store.put(mkey, final)
         log.info(f"workflow {status}", wf=wf_id, result=result, error=error)
         parent = meta.get("parent")
         if status != "completed" and isinstance(parent, str):
