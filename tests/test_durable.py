@@ -334,6 +334,21 @@ def test_the_non_determinism_error_names_the_step_and_both_sides() -> None:
                                "the code asks for check_budget(null)")
 
 
+async def _crash_and_deploy(rig: Rig, v1: WF, v2: WF) -> dict[str, Any]:
+    """Run w1 on ``v1`` for an hour, crash, restart on ``v2`` for an hour: w1's meta record."""
+    async with trio.open_nursery() as n:
+        await rig.boot(n, [WorkflowType("wf", v1)], [("w1", "wf", None)])
+        await trio.sleep(3600)
+        rig.crash()
+    async with trio.open_nursery() as n:
+        await rig.boot(n, [WorkflowType("wf", v2)], [])
+        await trio.sleep(3600)
+        rig.crash()
+    meta = await rig.store.get(meta_key("w1"))
+    assert isinstance(meta, dict)
+    return meta
+
+
 def test_new_code_that_ends_before_the_log_does_is_stopped_not_completed(store: Store) -> None:
     """Two logged steps, new code that takes one and returns: never a silent completion."""
 
@@ -350,16 +365,7 @@ def test_new_code_that_ends_before_the_log_does_is_stopped_not_completed(store: 
             await ctx.step("a", rig.effect("a"), 1)
             return "done without b"
 
-        async with trio.open_nursery() as n:
-            await rig.boot(n, [WorkflowType("wf", v1)], [("w1", "wf", None)])
-            await trio.sleep(3600)
-            rig.crash()
-        async with trio.open_nursery() as n:
-            await rig.boot(n, [WorkflowType("wf", v2)], [])
-            await trio.sleep(3600)
-            rig.crash()
-        meta = await store.get(meta_key("w1"))
-        assert isinstance(meta, dict)
+        meta = await _crash_and_deploy(rig, v1, v2)
         assert meta["status"] == "stopped" and meta["reason"] == "nondeterminism"
         assert meta["error"].startswith("workflow w1 step 1: the log holds b(2) but the code ends")
         assert [c[0] for c in rig.calls] == ["a", "b"]
@@ -391,16 +397,7 @@ def test_new_code_that_lets_a_logged_failure_escape_early_is_stopped_not_failed(
             await ctx.step("a", down, 1)
             return "v2"
 
-        async with trio.open_nursery() as n:
-            await rig.boot(n, [WorkflowType("wf", v1)], [("w1", "wf", None)])
-            await trio.sleep(3600)
-            rig.crash()
-        async with trio.open_nursery() as n:
-            await rig.boot(n, [WorkflowType("wf", v2)], [])
-            await trio.sleep(3600)
-            rig.crash()
-        meta = await store.get(meta_key("w1"))
-        assert isinstance(meta, dict)
+        meta = await _crash_and_deploy(rig, v1, v2)
         assert meta["status"] == "stopped" and meta["reason"] == "nondeterminism", meta
         assert meta["error"].startswith("workflow w1 step 1: the log holds b(2) but the code ends")
 

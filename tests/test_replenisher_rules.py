@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
 from dst.agents.replenisher import MAX_CHASES, Options, new_state, workflow_types
 from dst.agents.replenisher.tools import BY_NAME, TOOLS
 from dst.env import Json
+from dst.fakes.replenisher.decider import make_decider
 from dst.runtime import LocalNetwork, LocalServices, MemoryStore, TrioClock, make_env
 from dst.runtime.durable import Worker, meta_key
 
@@ -114,3 +116,9 @@ def test_a_tool_the_rules_do_not_allow_is_refused_and_costs_the_turn() -> None:
     assert meta["result"] == {"outcome": "cancelled", "po": None, "qty": 16, "turns": 2}
     assert asked == [["get_quotes", "done"], ["get_quotes", "done"]]
     assert reached == []
+
+
+def test_an_unknown_decider_mode_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"no decider mode 'wild' \(known: sensible, eager, "
+                                         r"mixed, adversarial\)"):
+        make_decider(None, "wild")  # type: ignore[arg-type]

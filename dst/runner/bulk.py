@@ -56,14 +56,18 @@ class BulkSummary:
     #: on must not hold thousands of traces in memory.
     keep_traces: bool = True
 
+    def add_bounded(self, seed: int) -> None:
+        """Count a run cut at the step bound (from this invocation or a resumed one)."""
+        self.bounded += 1
+        if len(self.bounded_seeds) < 3:
+            self.bounded_seeds.append(seed)
+
     def absorb(self, outcomes: list[SeedOutcome]) -> None:
         for o in outcomes:
             self.runs += 1
             self.decisions += o.steps
             if o.ended == "bound":
-                self.bounded += 1
-                if len(self.bounded_seeds) < 3:
-                    self.bounded_seeds.append(o.seed)
+                self.add_bounded(o.seed)
             if o.verdict == "fail":
                 self.failures.append(o if self.keep_traces else replace(o, trace_text=None))
                 for name in o.violated:

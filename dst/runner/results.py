@@ -173,9 +173,7 @@ class Recorder:
         done = self.db.done_ranges(self.key)
         summary.runs += count_within(done, start, stop)
         for seed, trace in self.db.bounded_within(self.key, start, stop):
-            summary.bounded += 1
-            if len(summary.bounded_seeds) < 3:
-                summary.bounded_seeds.append(seed)
+            summary.add_bounded(seed)
             self.paths[seed] = Path(trace)
         for f in self.db.failures_within(self.key, start, stop):
             self.paths[f.seed] = Path(f.trace)

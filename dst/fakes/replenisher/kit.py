@@ -178,6 +178,10 @@ def received_only_with_goods(kit: Kit) -> bool | str:
     return True
 
 
+#: How a ``decide`` step's entry reads in canonical JSON (a cheap test before decoding).
+_DECIDE = '"name":"decide"'
+
+
 def turns_logged(kit: Kit) -> dict[str, int]:
     """``decide`` steps in each workflow's durable log: one per turn it took.
 
@@ -196,9 +200,6 @@ def turns_logged(kit: Kit) -> dict[str, int]:
             wf = key.split("/", 2)[1]
             counts[wf] = counts.get(wf, 0) + 1
     return counts
-
-
-_DECIDE = '"name":"decide"'
 
 
 def every_replenishment_ends(kit: Kit) -> bool | str:

@@ -90,8 +90,6 @@ class World:
     orders: list[dict[str, Any]] = field(default_factory=list)
     first_attempt: dict[str, float] = field(default_factory=dict)
     delivered: dict[str, int] = field(default_factory=dict)
-    #: Orders whose goods the supplier will never send.
-    unshipped: set[str] = field(default_factory=set)
     #: Distinct chases (status calls, by idempotency key) per PO.
     chases: dict[str, set[str]] = field(default_factory=dict)
     closed: set[str] = field(default_factory=set)
@@ -210,8 +208,7 @@ class World:
 
         if self.cfg.goods_may_not_arrive and \
                 self.sim.choose("supplier.ships", ["yes", "no"]) == "no":
-            self.unshipped.add(po)
-            return
+            return  # accepted, and never shipped
         self.post({"kind": "goods", "po": po, "qty": qty},
                   self.now + self._days("supplier.lead_days", self.cfg.lead_days), arrive)
 
