@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from dst.sim.trio_determinism import deterministic_trio, reseed_trio
+from dst.sim.trio_internals import deterministic_trio, reseed_trio
 
 
 def _order(seed: int) -> list[int]:

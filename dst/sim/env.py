@@ -12,7 +12,7 @@ from ..env import Json, Message
 
 if TYPE_CHECKING:
     from .kernel import Sim
-    from .process import Process
+    from .process import Incarnation
     from .store import SimStore
 
 
@@ -27,11 +27,11 @@ class SimClock:
 
 
 class SimStoreHandle:
-    """One process's connection to a durable store."""
+    """One incarnation's connection to a durable store (dead with it)."""
 
     __slots__ = ("_name", "_proc", "_sim", "_store")
 
-    def __init__(self, sim: Sim, store: SimStore, proc: Process) -> None:
+    def __init__(self, sim: Sim, store: SimStore, proc: Incarnation) -> None:
         self._sim, self._store, self._proc = sim, store, proc
         self._name = store.name
 
@@ -59,7 +59,7 @@ class SimStoreHandle:
 class SimTransport:
     __slots__ = ("_proc", "_sim")
 
-    def __init__(self, sim: Sim, proc: Process) -> None:
+    def __init__(self, sim: Sim, proc: Incarnation) -> None:
         self._sim, self._proc = sim, proc
 
     async def send(self, dest: str, body: Json) -> None:
@@ -69,14 +69,14 @@ class SimTransport:
     async def recv(self) -> Message:
         proc = self._proc
         if proc.state != "running":
-            await self._sim.refuse(proc, "recv")
+            await self._sim.refuse(proc, "recv")  # raises
         return await proc.receive()
 
 
 class SimServices:
     __slots__ = ("_proc", "_sim")
 
-    def __init__(self, sim: Sim, proc: Process) -> None:
+    def __init__(self, sim: Sim, proc: Incarnation) -> None:
         self._sim, self._proc = sim, proc
 
     async def call(self, service: str, op: str, request: Json) -> Json:

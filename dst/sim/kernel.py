@@ -31,6 +31,8 @@ from __future__ import annotations
 import json
 import math
 import random
+
+import outcome
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -38,11 +40,13 @@ import trio
 import trio.lowlevel as ll
 
 from ..errors import DivergenceError, ProcessCrashed
+from . import trio_internals
+from .blocked import describe_wait, in_lock_cycle, user_frames
 from .clock import VirtualClock
 from .faults import NO_FAULTS, FaultPlan
 from .net import Network
-from .process import _CURRENT as _PROCESS_VAR
-from .process import CRASHED, RUNNING, Process
+from .process import _CURRENT as _INCARNATION_VAR
+from .process import CRASHED, RUNNING, Incarnation, Process
 from .store import SimStore
 from .strategy import Strategy
 
@@ -50,6 +54,14 @@ from .strategy import Strategy
 #: for every shipped scenario to reach quiescence; small enough that a livelock
 #: (a timer that re-arms forever) costs milliseconds, not a hung worker.
 DEFAULT_MAX_STEPS = 5000
+
+#: Task steps trio may run between two decisions before the scheduler steps in.
+#: Code that keeps trio's run queue busy (``while not flag: await trio.sleep(0)``)
+#: never lets the system come to rest, so quiescence never comes; past this
+#: many steps the scheduler decides anyway (another task, a message, a timer, a
+#: fault may go next), and when nothing else could go the run is a ``Livelock``.
+#: Far above what any shipped scenario does between two choice points.
+BUSY_STEPS = 1000
 
 Invariant = Callable[[], object]
 
@@ -59,7 +71,9 @@ _INF = math.inf
 _TASK, _TIMER, _DELIVER, _DROP, _DUP, _CRASH, _RESTART = range(7)
 
 class RunStopped(BaseException):
-    """Unwinds a task when the run stops mid-step (a replay diverged at a data choice)."""
+    """Unwinds a task when the run stops: thrown into tasks that a cancellation cannot
+    reach (a shielded ``Env`` call, a shielded loop), and raised by a data choice
+    when a replay diverges."""
 
 
 #: The run currently executing in this thread (set while its tasks run), for
@@ -117,6 +131,15 @@ class Sim:
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self._keeper: ll.Task | None = None
+        #: Task steps since the last decision (see BUSY_STEPS), and the labels
+        #: of the tasks seen spinning near the bound, for the Livelock report.
+        self._busy = 0
+        self._spinning: set[str] = set()
+        #: Tasks of dead incarnations still alive: each is interrupted with
+        #: ProcessCrashed whenever it blocks (see ``_bury``).
+        self._doomed: set[ll.Task] = set()
+        #: Each task's incarnation, for the tasks of processes.
+        self._incarnation_of: dict[ll.Task, Incarnation] = {}
 
     # -- building the system (called from a scenario's setup) -----------------
 
@@ -134,13 +157,20 @@ class Sim:
         *,
         stores: Sequence[str] = (),
         crashable: bool = True,
+        idle: bool = False,
     ) -> Process:
-        """Start ``main(env)`` as process ``name``, connected to the named stores."""
+        """Start ``main(env)`` as process ``name``, connected to the named stores.
+
+        ``idle=True`` says the process may wait forever once its work is done (a
+        server waiting for the next request on a ``trio.Event`` or in
+        ``sleep_forever``): at the end of the run its blocked tasks are idle, not
+        a ``Deadlock``.  Waiting in ``env.net.recv()`` is always idle.
+        """
         if name in self.processes:
             raise ValueError(f"a process named {name!r} already exists in this run")
         for store_name in stores:
             self.store(store_name)
-        proc = Process(self, name, main, tuple(stores), crashable)
+        proc = Process(self, name, main, tuple(stores), crashable, idle)
         self.processes[name] = proc
         if self._nursery is not None:
             proc.start(self._nursery)
@@ -168,6 +198,7 @@ class Sim:
             raise ValueError(f"choose({label!r}) needs at least one option")
         labels = [f"{label}:{o}" for o in options]
         self.step += 1
+        self._busy = 0
         try:
             index = self.strategy.choose(self.step, labels, None)
         except DivergenceError as exc:
@@ -208,12 +239,19 @@ class Sim:
         proc = Process.current()
         return proc.name if proc is not None else "dst"
 
-    def enter(self, proc: Process, op: str) -> Awaitable[object]:
-        """Park the calling task at a choice point until the strategy picks it."""
+    def enter(self, proc: Incarnation, op: str) -> Awaitable[object]:
+        """Park the calling task at a choice point until the strategy picks it.
+
+        ``proc`` is the incarnation whose ``Env`` made the call: a call through
+        the handles of a dead incarnation is refused even after its process
+        restarted.  A parked call is performed only if its incarnation is still
+        alive when the strategy picks it: a crash takes its parked calls out of
+        the enabled set (``_bury``), shielded or not.
+        """
         if proc.state is not RUNNING:
             return self.refuse(proc, op)
         if self._stopping:
-            return trio.sleep_forever()  # the root scope is cancelled: raises Cancelled
+            return _stopped()
         task = ll.current_task()
         label = self._task_labels.get(task)
         if label is None:
@@ -227,10 +265,14 @@ class Sim:
 
         return ll.wait_task_rescheduled(abort)
 
-    async def refuse(self, proc: Process, op: str) -> None:
-        """A crashed process tried to touch the world: record it, then unwind."""
+    async def refuse(self, proc: Incarnation, op: str) -> None:
+        """A dead incarnation tried to touch the world: record it, then unwind."""
+        live = proc.process.live
+        if live is not proc:
+            op = f"{op} by incarnation {proc.number} (now {live.number})"
         self.fault("refused", proc.name, op)
-        await ll.checkpoint()  # raises Cancelled: the process's scope is cancelled
+        self._doomed.add(ll.current_task())
+        await ll.checkpoint()  # raises Cancelled when the process's own scope is cancelled
         raise ProcessCrashed(f"process {proc.name} has crashed; {op} refused")
 
     def release_labels(self, proc: Process) -> None:
@@ -242,16 +284,28 @@ class Sim:
             self._task_labels.pop(task, None)
 
     def task_spawned(self, task: ll.Task) -> None:
-        """Label a process's child task in the order it was started (stable, readable)."""
-        proc = task.context.get(_PROCESS_VAR)
-        if proc is not None and proc.sim is self:
-            self._label_task(task, proc)
+        """Label a process's child task in the order it was started (stable, readable),
+        and tie it to its incarnation, so that it dies with it wherever it runs."""
+        inc = task.context.get(_INCARNATION_VAR)
+        if inc is not None and inc.process.sim is self:
+            inc.tasks.add(task)
+            self._incarnation_of[task] = inc
+            if inc.state is not RUNNING:
+                self._doomed.add(task)  # started while its incarnation was dying
+            self._label_task(task, inc)
 
-    def _label_task(self, task: ll.Task, proc: Process) -> str:
-        if task is proc.main_task:
+    def task_exited(self, task: ll.Task) -> None:
+        inc = self._incarnation_of.pop(task, None)
+        if inc is not None:
+            inc.tasks.discard(task)
+        self._doomed.discard(task)
+
+    def _label_task(self, task: ll.Task, inc: Incarnation) -> str:
+        proc = inc.process
+        if task is inc.main_task:
             base = proc.name
         else:
-            base = f"{proc.name}/{task.name.rsplit('.', 1)[-1]}"
+            base = f"{proc.name}/{_task_name(task)}"
         label, n = base, 1
         while label in self._label_owner and self._label_owner[label] is not task:
             n += 1
@@ -279,6 +333,7 @@ class Sim:
     def _schedule(self, deadline: float) -> float:
         clock = self._clock
         assert clock is not None
+        self._busy = 0
         if self._stopping:
             return 0.0
         now = clock.now
@@ -298,7 +353,7 @@ class Sim:
         ):
             # The common case, kept lean: only parked tasks are enabled.
             if not parked:
-                self._stop("quiescent")
+                self._end_quiescent()
                 return 0.0
             if len(parked) == 1:
                 ((task, label),) = parked.items()
@@ -315,7 +370,7 @@ class Sim:
             return 0.0
         options = self._options(deadline)
         if not options:
-            self._stop("quiescent")
+            self._end_quiescent()
             return 0.0
         labels = [o[0] for o in options]
         weights: list[float] | None = None
@@ -331,6 +386,7 @@ class Sim:
     def _decide(self, labels: list[str], weights: list[float] | None) -> int:
         """Ask the strategy and record the decision; -1 when the replay diverged."""
         self.step += 1
+        self._busy = 0
         try:
             index = self.strategy.choose(self.step, labels, weights)
         except DivergenceError as exc:
@@ -382,7 +438,7 @@ class Sim:
             self.net.duplicate(target)
         elif kind == _CRASH:
             self.crashes_left -= 1
-            target.crash()
+            self._bury(target.crash())
         elif kind == _RESTART:
             assert self._nursery is not None
             target.restart(self._nursery)
@@ -421,22 +477,168 @@ class Sim:
                 ll.reschedule(keeper)
             else:
                 nursery.cancel_scope.cancel()
+        # A cancellation does not reach a call parked inside a shielded scope:
+        # end those calls too, or the run could never finish.
+        for task in list(self._parked):
+            del self._parked[task]
+            ll.reschedule(task, outcome.Error(RunStopped("the run has stopped")))
+
+    def _bury(self, inc: Incarnation) -> None:
+        """A crash: end every task of the dead incarnation, wherever it runs.
+
+        The incarnation's scope is already cancelled; what that cannot reach is
+        a call parked in a shielded scope and a task the process started in a
+        nursery it does not own.  Their parked calls leave the enabled set now
+        (they will never be performed), blocked tasks are interrupted with
+        ``ProcessCrashed`` at once, and running ones whenever they next block.
+        """
+        parked = self._parked
+        for task in list(inc.tasks):
+            label = parked.pop(task, None)
+            if label is not None:
+                self.fault("refused", inc.name, label.partition("@")[2])
+            self._doomed.add(task)
+            if trio_internals.is_blocked(task):
+                trio_internals.interrupt(task, ProcessCrashed(f"process {inc.name} has crashed"))
+
+    # -- hooks from trio's run loop (see dst.sim.run) -------------------------
+
+    def before_task_step(self, task: ll.Task) -> None:
+        """Count the work trio does between two decisions; step in past BUSY_STEPS."""
+        self._busy += 1
+        if self._busy < BUSY_STEPS - 64:
+            return
+        label = self._task_labels.get(task) or _task_name(task)
+        self._spinning.add(label)
+        if self._busy < BUSY_STEPS:
+            return
+        try:
+            self._busy_decision(task)
+        except BaseException as exc:  # never into trio's loop: see on_quiescence
+            self.error = exc
+            self._stop("error")
+
+    def after_task_step(self, task: ll.Task) -> None:
+        if self._doomed and task in self._doomed and trio_internals.is_blocked(task):
+            trio_internals.interrupt(task, ProcessCrashed("its process has crashed"))
+
+    def _busy_decision(self, task: ll.Task) -> None:
+        """trio's run queue has not emptied for BUSY_STEPS task steps.
+
+        Some code keeps trio busy without coming to rest (polling a flag with
+        ``trio.sleep(0)``).  If anything else could happen (a parked call, a
+        message, a timer, a fault), the strategy decides now, as at quiescence;
+        otherwise nothing dst can do will ever change what the spinning tasks
+        see, and that is the built-in violation ``Livelock``.
+        """
+        if self._stopping:
+            # Still spinning after the run stopped: a loop in a shielded scope.
+            trio_internals.throw_on_next_step(task, RunStopped("the run has stopped"))
+            self._busy = 0
+            return
+        clock = self._clock
+        assert clock is not None
+        if self._invariants and self._check_invariants():
+            return
+        if self.step >= self.max_steps:
+            self._stop("bound")
+            return
+        ahead = ll.current_statistics().seconds_to_next_deadline
+        options = self._options(clock.now + ahead if not math.isinf(ahead) else _INF)
+        if options:
+            labels = [o[0] for o in options]
+            weights = [o[1] for o in options] if any(o[1] != 1.0 for o in options) else None
+            index = self._decide(labels, weights)
+            if index >= 0:
+                self._perform(options[index], clock)
+            self._spinning.clear()
+            return
+        spinning = ", ".join(sorted(self._spinning))
+        self._violate(
+            "Livelock",
+            f"{spinning} kept running for {BUSY_STEPS} task steps without the system "
+            "coming to rest, and nothing else could happen",
+        )
+
+    def _end_quiescent(self) -> None:
+        """Nothing is enabled: the run ends, unless tasks are stuck for ever.
+
+        A task still blocked now waits on something nothing left can do: a
+        ``Deadlock``, unless it waits for a message (``env.net.recv``: the world
+        may still write), or its process has a task waiting for one (the next
+        message may wake the rest), or its process was declared ``idle``.  Tasks
+        that wait for each other's locks in a cycle are a ``Deadlock`` always.
+        """
+        stuck: list[str] = []
+        blocked = self._blocked_tasks()
+        # A process with a task waiting in recv is a server: the next message may
+        # wake any of its tasks (a dispatcher sets an event), so only a lock cycle
+        # there is certainly stuck.
+        listening = {inc for task, inc in blocked if _waits_for_mail(task, inc)}
+        for task, inc in blocked:
+            if inc.process.idle or inc in listening or _waits_for_mail(task, inc):
+                if not in_lock_cycle(task):
+                    continue
+            label = self._task_labels.get(task) or f"{inc.name}/{_task_name(task)}"
+            stuck.append(f"{label} waits in {describe_wait(task)}")
+        if stuck:
+            self._violate(
+                "Deadlock",
+                "nothing left can wake " + "; ".join(sorted(stuck)),
+            )
+            return
+        self._stop("quiescent")
+
+    def _blocked_tasks(self) -> list[tuple[ll.Task, Incarnation]]:
+        """Leaf tasks of live incarnations (not waiting for their own children)."""
+        out: list[tuple[ll.Task, Incarnation]] = []
+        for proc in self.processes.values():
+            inc = proc.live
+            if inc.state is not RUNNING:
+                continue
+            for task in inc.tasks:
+                if any(n.child_tasks for n in task.child_nurseries):
+                    continue
+                if trio_internals.is_blocked(task):
+                    out.append((task, inc))
+        return out
+
+    def trapped(self, message: str) -> None:
+        """A guard trap fired: the run is void, whatever the code under test does next.
+
+        Recorded as the built-in violation ``Nondeterminism`` and the run stopped
+        at once, so that ``except Exception`` around the offending call cannot
+        turn the run back into a pass.
+        """
+        if "Nondeterminism" not in self.violated:
+            self._violate("Nondeterminism", message)
 
     def uncaught(self, proc: Process, exc: BaseException) -> None:
-        """A process raised: that is a finding, not a dst failure."""
+        """A process raised: that is a finding, not a dst failure.
+
+        The violation names the exception and where the user's code raised it;
+        the record carries the user's frames (``file:line in func``) for
+        ``dst show --verbose``.
+        """
         leaf = exc
         while isinstance(leaf, BaseExceptionGroup):
             leaf = leaf.exceptions[0]
-        self._violate(
-            "NoUncaughtError",
-            f"{proc.name} raised {type(leaf).__name__}: {leaf}",
-        )
+        frames = user_frames(leaf.__traceback__)
+        where = f" at {frames[-1]}" if frames else ""
+        message = f"{proc.name} raised {type(leaf).__name__}: {leaf}{where}"
+        if isinstance(leaf, ProcessCrashed):
+            message += (" (a task started by a crashed process died with it inside this "
+                        "process's nursery; processes should not share nurseries)")
+        self.records.append(("violation", self.step, self.now, "NoUncaughtError", message, frames))
+        if "NoUncaughtError" not in self.violated:
+            self.violated.append("NoUncaughtError")
+        self._stop("violation")
 
     # -- running --------------------------------------------------------------
 
     async def run(self, clock: VirtualClock, setup: Callable[[Sim], None]) -> None:
         """Run to the end inside an already running ``trio.run`` driven by ``clock``."""
-        from .trio_determinism import reseed_trio
+        from .trio_internals import reseed_trio
 
         self._clock = clock
         clock.reset()
@@ -465,6 +667,9 @@ class Sim:
             self._parked.clear()
             self._task_labels.clear()
             self._label_owner.clear()
+            self._incarnation_of.clear()
+            self._doomed.clear()
+            self._spinning.clear()
             self._nursery = None
             # Drop the back references, so that refcounting frees the run.
             for proc in self.processes.values():
@@ -489,6 +694,31 @@ class Sim:
 
 def _abort_ok(_: object) -> ll.Abort:
     return ll.Abort.SUCCEEDED
+
+
+async def _stopped() -> None:
+    raise RunStopped("the run has stopped")
+
+
+def _task_name(task: ll.Task) -> str:
+    """A task's readable, stable name: its function's, never a memory address.
+
+    trio names a task after its function, or after ``repr`` of a callable
+    object, which holds an address that differs between runs (and would sort
+    the enabled options differently).
+    """
+    name = task.name
+    if " at 0x" in name or name.startswith("<"):
+        qual = getattr(task.coro, "__qualname__", "") or "task"
+        name = qual[: -len(".__call__")] if qual.endswith(".__call__") else qual
+    return name.rsplit(".", 1)[-1]
+
+
+def _waits_for_mail(task: ll.Task, inc: Incarnation) -> bool:
+    """Blocked in ``env.net.recv()``: waiting on the world, which is idle, not stuck."""
+    return inc.mail_lot.statistics().tasks_waiting > 0 and describe_wait(task).startswith(
+        "dst.sim.env.SimTransport.recv"
+    )
 
 
 def _by_label(item: tuple[ll.Task, str]) -> str:

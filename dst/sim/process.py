@@ -1,4 +1,13 @@
-"""Simulated processes: start, hard crash, restart from durable state only."""
+"""Simulated processes: start, hard crash, restart from durable state only.
+
+A process is a name and a program; each time it starts it gets a new
+:class:`Incarnation` (numbered from 0, the number recorded with every restart):
+its own ``Env``, mailbox, tasks and state.  Everything the code under test
+holds refers to one incarnation, never to the process, so an old incarnation
+can never act for a new one: its handles stay bound to the dead incarnation and
+every call through them is refused, and its finishing cannot mark the new one
+exited.
+"""
 
 from __future__ import annotations
 
@@ -19,13 +28,48 @@ if TYPE_CHECKING:
 
 RUNNING, CRASHED, EXITED = "running", "crashed", "exited"
 
-_CURRENT: contextvars.ContextVar[Process | None] = contextvars.ContextVar(
-    "dst_process", default=None
+#: The incarnation a task belongs to: set in each process's main task, and
+#: inherited (contexts are copied at spawn) by every task it starts, in any
+#: nursery.
+_CURRENT: contextvars.ContextVar[Incarnation | None] = contextvars.ContextVar(
+    "dst_incarnation", default=None
 )
 
 
+class Incarnation:
+    """One life of a process: from a start (or restart) to its exit or crash."""
+
+    __slots__ = ("env", "mail_lot", "mailbox", "main_task", "number", "process", "scope",
+                 "state", "tasks")
+
+    def __init__(self, process: Process, number: int) -> None:
+        self.process = process
+        self.number = number
+        self.state = RUNNING
+        self.scope: trio.CancelScope | None = None
+        self.main_task: ll.Task | None = None
+        #: Every task this incarnation started, wherever it runs; they die with it.
+        self.tasks: set[ll.Task] = set()
+        self.mailbox: deque[Message] = deque()
+        self.mail_lot = ll.ParkingLot()
+        self.env: Env | None = None
+
+    @property
+    def name(self) -> str:
+        return self.process.name
+
+    @property
+    def sim(self) -> Sim:
+        return self.process.sim
+
+    async def receive(self) -> Message:
+        while not self.mailbox:
+            await self.mail_lot.park()
+        return self.mailbox.popleft()
+
+
 class Process:
-    """A named group of tasks with volatile memory, connected to durable stores.
+    """A named program with volatile memory, connected to durable stores.
 
     ``main(env)`` is the process's program.  Everything it keeps in Python
     objects is volatile: a crash drops the ``Env`` (and with it the mailbox),
@@ -39,57 +83,78 @@ class Process:
         main: Callable[[Any], Awaitable[object]],
         stores: tuple[str, ...],
         crashable: bool,
+        idle: bool = False,
     ) -> None:
         self.sim = sim
         self.name = name
         self.main = main
         self.store_names = stores
         self.crashable = crashable
-        self.state = RUNNING
-        self.incarnation = 0
-        self.main_task: ll.Task | None = None
-        self.scope: trio.CancelScope | None = None
-        self.mailbox: deque[Message] = deque()
-        self.mail_lot = ll.ParkingLot()
-        self.env: Env | None = None
+        #: May block forever at the end of a run (a server waiting for work)
+        #: without that being a deadlock.
+        self.idle = idle
+        self.live = Incarnation(self, 0)
+
+    @property
+    def state(self) -> str:
+        return self.live.state
+
+    @property
+    def incarnation(self) -> int:
+        return self.live.number
+
+    @property
+    def mailbox(self) -> deque[Message]:
+        """Messages delivered to the live incarnation and not yet received."""
+        return self.live.mailbox
 
     @staticmethod
     def current() -> Process | None:
-        return _CURRENT.get()
+        inc = _CURRENT.get()
+        return inc.process if inc is not None else None
 
-    def _make_env(self) -> Env:
+    def _make_env(self, inc: Incarnation) -> Env:
         sim = self.sim
         return Env(
             name=self.name,
             clock=SimClock(),
-            net=SimTransport(sim, self),
-            services=SimServices(sim, self),
-            rng=random.Random(f"dst/{sim.seed}/{self.name}/{self.incarnation}"),
-            stores={n: SimStoreHandle(sim, sim.stores[n], self) for n in self.store_names},
+            net=SimTransport(sim, inc),
+            services=SimServices(sim, inc),
+            rng=random.Random(f"dst/{sim.seed}/{self.name}/{inc.number}"),
+            stores={n: SimStoreHandle(sim, sim.stores[n], inc) for n in self.store_names},
         )
 
     def start(self, nursery: trio.Nursery) -> None:
-        self.env = self._make_env()
-        self.main_task = None
-        nursery.start_soon(self._body, self.env, name=self.name)
+        inc = self.live
+        inc.env = self._make_env(inc)
+        nursery.start_soon(self._body, inc, name=self.name)
 
-    async def _body(self, env: Env) -> None:
-        _CURRENT.set(self)
-        self.main_task = ll.current_task()
+    async def _body(self, inc: Incarnation) -> None:
+        _CURRENT.set(inc)
+        task = ll.current_task()
+        inc.main_task = task
+        inc.tasks.add(task)
         sim = self.sim
+        env = inc.env
         try:
             with trio.CancelScope() as scope:
-                self.scope = scope
+                inc.scope = scope
                 await self.main(env)
         except BaseException as exc:
-            if self.state is CRASHED or sim._stopping:
+            if inc.state is CRASHED or sim is None or sim._stopping:
                 return  # the unwinding of a crash or of the end of the run
-            if isinstance(exc, Exception):
-                sim.uncaught(self, exc)
-                return
-            raise
-        if self.state is RUNNING:
-            self.state = EXITED
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            # Anything else escaping the program is a finding, BaseExceptions
+            # included (a ProcessCrashed from another process's task that ran
+            # in this one's nursery, a SystemExit, a stray Cancelled): dst
+            # reports it and carries on with the other processes.
+            sim.uncaught(self, exc)
+            return
+        finally:
+            inc.tasks.discard(task)
+        if inc.state is RUNNING:
+            inc.state = EXITED
 
     def release(self) -> None:
         """Drop the references into a finished run, so refcounting frees it, not the GC.
@@ -98,35 +163,35 @@ class Process:
         frame); collecting them in bulk caused 20-30 ms pauses in long runs.
         """
         self.sim = None  # type: ignore[assignment]
-        self.env = None
-        self.main_task = None
-        self.scope = None
+        inc = self.live
+        inc.env = None
+        inc.main_task = None
+        inc.scope = None
+        inc.tasks.clear()
 
-    def crash(self) -> None:
+    def crash(self) -> Incarnation:
         """Stop at once: mark dead first, so unwinding code finds every call refused."""
-        self.state = CRASHED
+        inc = self.live
+        inc.state = CRASHED
         self.sim.crashed.add(self.name)
         self.sim.fault("crash", self.name)
-        self.mailbox = deque()
-        self.env = None
-        if self.scope is not None:
-            self.scope.cancel()
+        inc.mailbox = deque()
+        inc.env = None
+        if inc.scope is not None:
+            inc.scope.cancel()
+        return inc
 
     def restart(self, nursery: trio.Nursery) -> None:
-        self.state = RUNNING
+        old = self.live
+        old.main_task = None
+        old.scope = None
+        self.live = Incarnation(self, old.number + 1)
         self.sim.crashed.discard(self.name)
-        self.incarnation += 1
-        self.scope = None
-        self.mail_lot = ll.ParkingLot()
-        self.sim.fault("restart", self.name, f"incarnation {self.incarnation}")
+        self.sim.fault("restart", self.name, f"incarnation {self.live.number}")
         self.sim.release_labels(self)
         self.start(nursery)
 
     def deliver(self, message: Message) -> None:
-        self.mailbox.append(message)
-        self.mail_lot.unpark()
-
-    async def receive(self) -> Message:
-        while not self.mailbox:
-            await self.mail_lot.park()
-        return self.mailbox.popleft()
+        inc = self.live
+        inc.mailbox.append(message)
+        inc.mail_lot.unpark()

@@ -8,6 +8,7 @@ whether it runs alone or 500th in a batch; ``tests/test_determinism.py`` pins it
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
 
 import trio
@@ -17,17 +18,56 @@ from .clock import VirtualClock
 from .guard import Guard
 from .kernel import ACTIVE, Sim
 from .logs import structlog_to_trace
-from .trio_determinism import deterministic_trio
+from .trio_internals import deterministic_trio
 
 Setup = Callable[[Sim], None]
 
 
-class _SpawnLabels(Instrument):
-    """Lets the active run label child tasks in the order they are started."""
+class _KernelHooks(Instrument):
+    """Hands trio's task events to the active run.
+
+    ``task_spawned``/``task_exited`` label tasks in the order they start and tie
+    them to their process's incarnation; ``before_task_step`` bounds the work
+    trio does between two decisions (livelock); ``after_task_step`` interrupts
+    a task of a crashed process whenever it blocks.
+    """
 
     def task_spawned(self, task: trio.lowlevel.Task) -> None:
         if ACTIVE:
             ACTIVE[-1].task_spawned(task)
+
+    def task_exited(self, task: trio.lowlevel.Task) -> None:
+        if ACTIVE:
+            ACTIVE[-1].task_exited(task)
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if ACTIVE:
+            ACTIVE[-1].before_task_step(task)
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if ACTIVE:
+            ACTIVE[-1].after_task_step(task)
+
+
+def _collect_between_seeds() -> None:
+    """Run the cyclic garbage collector now, between two seeds, if it is due.
+
+    Automatic collection is off while seeds run: a collection fires at an
+    allocation count that depends on everything run before in the process, and
+    a finalizer (``__del__``) that logs or touches the world would then land in
+    one seed's trace and not another's.  Here it runs on CPython's own
+    thresholds, but only where no run is active.
+    """
+    counts = gc.get_count()
+    thresholds = gc.get_threshold()
+    if counts[0] < thresholds[0]:
+        return
+    generation = 0
+    if counts[1] >= thresholds[1]:
+        generation = 1
+        if counts[2] >= thresholds[2]:
+            generation = 2
+    gc.collect(generation)
 
 
 def run_sims(
@@ -46,13 +86,18 @@ def run_sims(
             traps.install()
         try:
             for sim, setup in jobs:
+                _collect_between_seeds()
                 await sim.run(clock, setup)
                 on_done(sim)
         finally:
             traps.restore()
 
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         with deterministic_trio(), structlog_to_trace():
-            trio.run(main, clock=clock, instruments=[_SpawnLabels()])
+            trio.run(main, clock=clock, instruments=[_KernelHooks()])
     finally:
         traps.restore()
+        if collecting:
+            gc.enable()

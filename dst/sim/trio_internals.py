@@ -1,6 +1,6 @@
 """The one place dst touches trio's private scheduler state.
 
-trio shuffles each batch of runnable tasks.  It does so deterministically only
+Two things live here.  *Ordering*: trio shuffles each batch of runnable tasks.  It does so deterministically only
 when ``trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING`` is true (the batch is
 then sorted by task creation order before the shuffle) and its module-level
 generator ``_r`` is seeded.  Both are private, so they are wrapped here, the
@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Iterator
+from typing import Any, NoReturn
 
+import outcome
 import trio
 
 from ..errors import InternalError
@@ -48,3 +50,38 @@ def reseed_trio(seed: int | str) -> None:
     """Seed trio's scheduler generator; call inside the run, before each seed starts."""
     module = _run_module()
     module._r.seed(seed)  # type: ignore[attr-defined]
+
+
+def is_blocked(task: trio.lowlevel.Task) -> bool:
+    """True while ``task`` waits in ``wait_task_rescheduled`` (abortable)."""
+    return getattr(task, "_abort_func", None) is not None
+
+
+def interrupt(task: trio.lowlevel.Task, exc: BaseException) -> bool:
+    """Abort ``task``'s blocking call with ``exc``, shield or no shield.
+
+    Returns False when the task is not blocked, or its abort function refused
+    (the task then finishes its operation and is caught at its next block).
+    """
+    if not is_blocked(task):
+        return False
+
+    def raise_it() -> NoReturn:
+        raise exc
+
+    task._attempt_abort(raise_it)
+    return not is_blocked(task)
+
+
+def throw_on_next_step(task: trio.lowlevel.Task, exc: BaseException) -> None:
+    """Make ``task``'s next step raise ``exc`` where it last yielded.
+
+    Only for a task that trio is about to step (called from
+    ``before_task_step``): it was rescheduled with an outcome, which is
+    replaced.
+    """
+    sender: Any = getattr(task, "_next_send_fn", None)
+    coro = task.coro
+    if sender is not None and getattr(sender, "__self__", None) is coro:
+        task._next_send = outcome.Error(exc)  # type: ignore[attr-defined]
+        task._next_send_fn = coro.send  # type: ignore[attr-defined]

@@ -1,0 +1,109 @@
+"""What a blocked task waits on, in the user's words: for deadlock reports.
+
+A task blocked at the end of a run is suspended in a chain of coroutines, from
+the user's function down to a trio primitive (``Lock.acquire``,
+``Event.wait``, ``sleep_forever``, a channel's ``receive``...).  The report
+names the primitive (the outermost frame inside trio) and where the user's
+code awaited it (the innermost frame outside trio and dst), which is the line
+a reader needs to find the wait.
+"""
+
+from __future__ import annotations
+
+import os
+from types import CodeType, FrameType
+from typing import Any
+
+import trio.lowlevel as ll
+
+_LIBRARY_PREFIXES = ("trio", "dst.sim", "outcome")
+
+
+def _frames(task: ll.Task) -> list[FrameType]:
+    """The suspended frames of ``task``, outermost first."""
+    out: list[FrameType] = []
+    coro: Any = task.coro
+    seen = 0
+    while coro is not None and seen < 200:
+        seen += 1
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            out.append(frame)
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return out
+
+
+def _is_library(frame: FrameType) -> bool:
+    module = frame.f_globals.get("__name__", "")
+    return any(module == p or module.startswith(p + ".") for p in _LIBRARY_PREFIXES)
+
+
+def _where(frame: FrameType) -> str:
+    code: CodeType = frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+
+
+def describe_wait(task: ll.Task) -> str:
+    """``"trio.Lock.acquire at bank.py:23 in withdraw"``, or what can be said."""
+    frames = _frames(task)
+    user: FrameType | None = None
+    waits_on = ""
+    for frame in frames:
+        if _is_library(frame):
+            if user is None:
+                continue  # dst's own wrapper around the process's main
+            name = frame.f_code.co_name
+            if name.startswith("__"):
+                continue  # ``async with lock``: name the method it calls, not __aenter__
+            module = frame.f_globals.get("__name__", "")
+            owner = frame.f_locals.get("self")
+            qual = f"{type(owner).__name__}.{name}" if owner is not None else name
+            public = "trio" if module.startswith("trio") else module
+            waits_on = f"{public}.{qual}"
+            break
+        user = frame
+    if not waits_on:
+        waits_on = "an unknown wait"
+    return f"{waits_on} at {_where(user)}" if user is not None else waits_on
+
+
+def lock_waited_on(task: ll.Task) -> Any:
+    """The ``trio.Lock`` (or other owned lock) ``task`` is blocked acquiring, if any."""
+    for frame in _frames(task):
+        if _is_library(frame) and frame.f_code.co_name == "acquire":
+            lock = frame.f_locals.get("self")
+            stats = getattr(lock, "statistics", None)
+            if stats is not None and hasattr(stats(), "owner"):
+                return lock
+    return None
+
+
+def in_lock_cycle(task: ll.Task) -> bool:
+    """``task`` waits for a lock whose owner waits (transitively) for one ``task`` holds."""
+    seen: set[int] = set()
+    current: ll.Task | None = task
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        lock = lock_waited_on(current)
+        if lock is None:
+            return False
+        current = lock.statistics().owner
+        if current is task:
+            return True
+    return False
+
+
+def user_frames(tb: Any, limit: int = 8) -> tuple[str, ...]:
+    """``file:line in func`` for a traceback's frames outside trio and the kernel.
+
+    File names are base names: a trace must read the same on every machine.
+    The innermost frame comes last, as in a Python traceback.
+    """
+    out: list[str] = []
+    while tb is not None:
+        frame = tb.tb_frame
+        if not _is_library(frame):
+            code = frame.f_code
+            out.append(f"{os.path.basename(code.co_filename)}:{tb.tb_lineno} in {code.co_name}")
+        tb = tb.tb_next
+    return tuple(out[-limit:])

@@ -1,0 +1,1 @@
+"""Soundness: each test pins one way a run could hang, leak, lie or lose determinism."""
