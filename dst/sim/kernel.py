@@ -31,11 +31,10 @@ from __future__ import annotations
 import json
 import math
 import random
-
-import outcome
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import outcome
 import trio
 import trio.lowlevel as ll
 
@@ -135,6 +134,7 @@ class Sim:
         #: of the tasks seen spinning near the bound, for the Livelock report.
         self._busy = 0
         self._spinning: set[str] = set()
+        self._spin_counts: dict[ll.Task, int] = {}
         #: Tasks of dead incarnations still alive: each is interrupted with
         #: ProcessCrashed whenever it blocks (see ``_bury``).
         self._doomed: set[ll.Task] = set()
@@ -533,8 +533,15 @@ class Sim:
         """
         if self._stopping:
             # Still spinning after the run stopped: a loop in a shielded scope.
-            trio_internals.throw_on_next_step(task, RunStopped("the run has stopped"))
-            self._busy = 0
+            # End the task that keeps stepping (never one waiting for its
+            # children: trio cannot take an exception there).
+            spins = self._spin_counts
+            spins[task] = spins.get(task, 0) + 1
+            inc = task.context.get(_INCARNATION_VAR)
+            if (spins[task] >= 8 and inc is not None and inc.process.sim is self
+                    and not any(n.child_tasks for n in task.child_nurseries)):
+                trio_internals.throw_on_next_step(task, RunStopped("the run has stopped"))
+                spins.pop(task)
             return
         clock = self._clock
         assert clock is not None
@@ -670,6 +677,7 @@ class Sim:
             self._incarnation_of.clear()
             self._doomed.clear()
             self._spinning.clear()
+            self._spin_counts.clear()
             self._nursery = None
             # Drop the back references, so that refcounting frees the run.
             for proc in self.processes.values():

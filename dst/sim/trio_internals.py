@@ -1,8 +1,9 @@
 """The one place dst touches trio's private scheduler state.
 
-Two things live here.  *Ordering*: trio shuffles each batch of runnable tasks.  It does so deterministically only
-when ``trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING`` is true (the batch is
-then sorted by task creation order before the shuffle) and its module-level
+Two things live here.  *Ordering*: trio shuffles each batch of runnable
+tasks.  It does so deterministically only when
+``trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING`` is true (the batch is then
+sorted by task creation order before the shuffle) and its module-level
 generator ``_r`` is seeded.  Both are private, so they are wrapped here, the
 supported trio versions are pinned in ``pyproject.toml``, and
 ``tests/test_trio_determinism.py`` fails loudly if a trio release moves them.
@@ -82,6 +83,8 @@ def throw_on_next_step(task: trio.lowlevel.Task, exc: BaseException) -> None:
     """
     sender: Any = getattr(task, "_next_send_fn", None)
     coro = task.coro
+    if getattr(task, "_next_send", None) is None:
+        return  # its first step: a coroutine that has not started takes no exception
     if sender is not None and getattr(sender, "__self__", None) is coro:
-        task._next_send = outcome.Error(exc)  # type: ignore[attr-defined]
-        task._next_send_fn = coro.send  # type: ignore[attr-defined]
+        task._next_send = outcome.Error(exc)
+        task._next_send_fn = coro.send

@@ -126,6 +126,37 @@ def test_stopping_with_a_call_parked_in_a_shield_ends_the_run(tmp_path: Path) ->
     assert "NoB violated" in done.stdout
 
 
+def test_a_shielded_loop_still_spinning_when_the_run_stops_is_ended(tmp_path: Path) -> None:
+    done = _dst_run(tmp_path, """
+        import trio
+        from dst import Scenario
+
+        scenario = Scenario("stubborn", doc="a shielded loop that ignores the end of the run")
+
+        async def main(env):
+            async def stubborn():
+                with trio.CancelScope(shield=True):
+                    while True:
+                        await trio.sleep(0)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stubborn)
+                await env.store.put("b", 1)
+
+        @scenario.setup
+        def setup(sim, config):
+            db = sim.store("db")
+            sim.process("p", main, stores=["db"])
+            return db
+
+        @scenario.invariant("NoB")
+        def no_b(db):
+            return db.peek("b") is None
+    """, "--seeds", "5")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "NoB violated" in done.stdout
+
+
 def test_a_shielded_call_parked_at_a_crash_is_never_performed() -> None:
     def setup(sim: Sim, _: dict[str, Any]) -> Any:
         async def main(env: Env) -> None:
