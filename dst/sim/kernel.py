@@ -37,6 +37,7 @@ from typing import Any
 import outcome
 import trio
 import trio.lowlevel as ll
+from trio.abc import Instrument
 
 from ..errors import DivergenceError, ProcessCrashed
 from . import trio_internals
@@ -54,13 +55,16 @@ from .strategy import Strategy
 #: (a timer that re-arms forever) costs milliseconds, not a hung worker.
 DEFAULT_MAX_STEPS = 5000
 
-#: Task steps trio may run between two decisions before the scheduler steps in.
+#: Passes of trio's run loop between two decisions before the scheduler steps in.
 #: Code that keeps trio's run queue busy (``while not flag: await trio.sleep(0)``)
 #: never lets the system come to rest, so quiescence never comes; past this
-#: many steps the scheduler decides anyway (another task, a message, a timer, a
+#: many passes the scheduler decides anyway (another task, a message, a timer, a
 #: fault may go next), and when nothing else could go the run is a ``Livelock``.
 #: Far above what any shipped scenario does between two choice points.
-BUSY_STEPS = 1000
+BUSY_PASSES = 1000
+
+#: Task steps watched, once a run is busy, to see which tasks keep running.
+_WATCHED_STEPS = 64
 
 Invariant = Callable[[], object]
 
@@ -130,11 +134,15 @@ class Sim:
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self._keeper: ll.Task | None = None
-        #: Task steps since the last decision (see BUSY_STEPS), and the labels
-        #: of the tasks seen spinning near the bound, for the Livelock report.
+        #: Loop passes since the last decision (see BUSY_PASSES); once past it,
+        #: the instrument that watches task steps, the steps it saw, and the
+        #: labels of the tasks that kept running, for the Livelock report.
         self._busy = 0
+        self._watch: _StepWatch | None = None
+        self._watched = 0
         self._spinning: set[str] = set()
         self._spin_counts: dict[ll.Task, int] = {}
+        self._doom_watch: _DoomWatch | None = None
         #: Tasks of dead incarnations still alive: each is interrupted with
         #: ProcessCrashed whenever it blocks (see ``_bury``).
         self._doomed: set[ll.Task] = set()
@@ -198,6 +206,8 @@ class Sim:
             raise ValueError(f"choose({label!r}) needs at least one option")
         labels = [f"{label}:{o}" for o in options]
         self.step += 1
+        if self._watch is not None:
+            self._unwatch()
         self._busy = 0
         try:
             index = self.strategy.choose(self.step, labels, None)
@@ -271,7 +281,7 @@ class Sim:
         if live is not proc:
             op = f"{op} by incarnation {proc.number} (now {live.number})"
         self.fault("refused", proc.name, op)
-        self._doomed.add(ll.current_task())
+        self._doom(ll.current_task())
         await ll.checkpoint()  # raises Cancelled when the process's own scope is cancelled
         raise ProcessCrashed(f"process {proc.name} has crashed; {op} refused")
 
@@ -291,7 +301,7 @@ class Sim:
             inc.tasks.add(task)
             self._incarnation_of[task] = inc
             if inc.state is not RUNNING:
-                self._doomed.add(task)  # started while its incarnation was dying
+                self._doom(task)  # started while its incarnation was dying
             self._label_task(task, inc)
 
     def task_exited(self, task: ll.Task) -> None:
@@ -333,6 +343,8 @@ class Sim:
     def _schedule(self, deadline: float) -> float:
         clock = self._clock
         assert clock is not None
+        if self._watch is not None:
+            self._unwatch()
         self._busy = 0
         if self._stopping:
             return 0.0
@@ -386,6 +398,8 @@ class Sim:
     def _decide(self, labels: list[str], weights: list[float] | None) -> int:
         """Ask the strategy and record the decision; -1 when the replay diverged."""
         self.step += 1
+        if self._watch is not None:
+            self._unwatch()
         self._busy = 0
         try:
             index = self.strategy.choose(self.step, labels, weights)
@@ -497,20 +511,32 @@ class Sim:
             label = parked.pop(task, None)
             if label is not None:
                 self.fault("refused", inc.name, label.partition("@")[2])
-            self._doomed.add(task)
+            self._doom(task)
             if trio_internals.is_blocked(task):
                 trio_internals.interrupt(task, ProcessCrashed(f"process {inc.name} has crashed"))
 
     # -- hooks from trio's run loop (see dst.sim.run) -------------------------
 
-    def before_task_step(self, task: ll.Task) -> None:
-        """Count the work trio does between two decisions; step in past BUSY_STEPS."""
+    def before_io_wait(self) -> None:
+        """One pass of trio's loop: count the passes since the last decision.
+
+        Counting passes, not task steps, keeps the common path to one call per
+        decision.  Past BUSY_PASSES a step watcher is installed to see which
+        tasks keep running and to step in between two of their steps.
+        """
         self._busy += 1
-        if self._busy < BUSY_STEPS - 64:
-            return
-        label = self._task_labels.get(task) or _task_name(task)
-        self._spinning.add(label)
-        if self._busy < BUSY_STEPS:
+        if self._busy >= BUSY_PASSES and self._watch is None:
+            self._watch = _StepWatch(self)
+            self._watched = 0
+            ll.add_instrument(self._watch)
+
+    def watched_step(self, task: ll.Task) -> None:
+        """A task step while the run is busy (see before_io_wait)."""
+        self._watched += 1
+        spins = self._spin_counts
+        spins[task] = spins.get(task, 0) + 1
+        self._spinning.add(self._task_labels.get(task) or _task_name(task))
+        if self._watched < _WATCHED_STEPS:
             return
         try:
             self._busy_decision(task)
@@ -518,9 +544,28 @@ class Sim:
             self.error = exc
             self._stop("error")
 
-    def after_task_step(self, task: ll.Task) -> None:
-        if self._doomed and task in self._doomed and trio_internals.is_blocked(task):
+    def _unwatch(self) -> None:
+        if self._watch is not None:
+            ll.remove_instrument(self._watch)
+            self._watch = None
+        self._busy = 0
+        self._spinning.clear()
+        self._spin_counts.clear()
+
+    def doomed_step(self, task: ll.Task) -> None:
+        """After a step of any task while some are doomed: interrupt one that blocked."""
+        doomed = self._doomed
+        if task in doomed and trio_internals.is_blocked(task):
             trio_internals.interrupt(task, ProcessCrashed("its process has crashed"))
+        if not doomed and self._doom_watch is not None:
+            ll.remove_instrument(self._doom_watch)
+            self._doom_watch = None
+
+    def _doom(self, task: ll.Task) -> None:
+        self._doomed.add(task)
+        if self._doom_watch is None:
+            self._doom_watch = _DoomWatch(self)
+            ll.add_instrument(self._doom_watch)
 
     def _busy_decision(self, task: ll.Task) -> None:
         """trio's run queue has not emptied for BUSY_STEPS task steps.
@@ -535,13 +580,12 @@ class Sim:
             # Still spinning after the run stopped: a loop in a shielded scope.
             # End the task that keeps stepping (never one waiting for its
             # children: trio cannot take an exception there).
-            spins = self._spin_counts
-            spins[task] = spins.get(task, 0) + 1
             inc = task.context.get(_INCARNATION_VAR)
-            if (spins[task] >= 8 and inc is not None and inc.process.sim is self
+            if (self._spin_counts.get(task, 0) >= 8 and inc is not None
+                    and inc.process.sim is self
                     and not any(n.child_tasks for n in task.child_nurseries)):
                 trio_internals.throw_on_next_step(task, RunStopped("the run has stopped"))
-                spins.pop(task)
+                self._spin_counts.pop(task)
             return
         clock = self._clock
         assert clock is not None
@@ -555,16 +599,15 @@ class Sim:
         if options:
             labels = [o[0] for o in options]
             weights = [o[1] for o in options] if any(o[1] != 1.0 for o in options) else None
-            index = self._decide(labels, weights)
+            index = self._decide(labels, weights)  # resets the busy count
             if index >= 0:
                 self._perform(options[index], clock)
-            self._spinning.clear()
             return
         spinning = ", ".join(sorted(self._spinning))
         self._violate(
             "Livelock",
-            f"{spinning} kept running for {BUSY_STEPS} task steps without the system "
-            "coming to rest, and nothing else could happen",
+            f"{spinning} kept running for {BUSY_PASSES} passes of trio's loop without the "
+            "system coming to rest, and nothing else could happen",
         )
 
     def _end_quiescent(self) -> None:
@@ -676,8 +719,10 @@ class Sim:
             self._label_owner.clear()
             self._incarnation_of.clear()
             self._doomed.clear()
-            self._spinning.clear()
-            self._spin_counts.clear()
+            self._unwatch()
+            if self._doom_watch is not None:
+                ll.remove_instrument(self._doom_watch)
+                self._doom_watch = None
             self._nursery = None
             # Drop the back references, so that refcounting frees the run.
             for proc in self.processes.values():
@@ -698,6 +743,20 @@ class Sim:
     @property
     def verdict(self) -> str:
         return "fail" if self.violated else "pass"
+
+
+class _StepWatch(Instrument):
+    """Installed only while a run is busy: sees each task step (see before_io_wait)."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.before_task_step = sim.watched_step  # type: ignore[method-assign]
+
+
+class _DoomWatch(Instrument):
+    """Installed only while tasks of a dead incarnation live: catches them blocking."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.after_task_step = sim.doomed_step  # type: ignore[method-assign]
 
 
 def _abort_ok(_: object) -> ll.Abort:

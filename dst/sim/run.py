@@ -24,12 +24,13 @@ Setup = Callable[[Sim], None]
 
 
 class _KernelHooks(Instrument):
-    """Hands trio's task events to the active run.
+    """Hands trio's events to the active run, on the cheapest hooks that serve.
 
     ``task_spawned``/``task_exited`` label tasks in the order they start and tie
-    them to their process's incarnation; ``before_task_step`` bounds the work
-    trio does between two decisions (livelock); ``after_task_step`` interrupts
-    a task of a crashed process whenever it blocks.
+    them to their process's incarnation; ``before_io_wait`` (once per loop
+    pass) bounds the work trio does between two decisions.  The run installs
+    per-step instruments of its own only while it needs them (a busy run, the
+    tasks of a crashed process), so the common path pays nothing per task step.
     """
 
     def task_spawned(self, task: trio.lowlevel.Task) -> None:
@@ -40,13 +41,9 @@ class _KernelHooks(Instrument):
         if ACTIVE:
             ACTIVE[-1].task_exited(task)
 
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+    def before_io_wait(self, timeout: float) -> None:
         if ACTIVE:
-            ACTIVE[-1].before_task_step(task)
-
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        if ACTIVE:
-            ACTIVE[-1].after_task_step(task)
+            ACTIVE[-1].before_io_wait()
 
 
 def _collect_between_seeds() -> None:
