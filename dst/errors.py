@@ -19,6 +19,14 @@ class UsageError(DstError):
     """Bad input from the user: an unknown scenario, an ill-typed switch, ..."""
 
 
+class ScenarioError(DstError):
+    """The user's scenario is broken: it does not import, or its setup or a check raised,
+    or a run hung a worker.  Not a finding about the system under test, so it has its
+    own exit status."""
+
+    exit_code = 4
+
+
 class TraceFormatError(DstError):
     """A trace file that is not a valid dst trace (truncated, edited, foreign, ...)."""
 
@@ -30,7 +38,13 @@ class DivergenceError(DstError):
 
 
 class NondeterminismError(DstError):
-    """Code inside a simulated run touched the real world (wall clock, global random, ...)."""
+    """Code inside a simulated run touched the real world (wall clock, global random, ...).
+
+    An ordinary ``DstError``, so that callers and the CLI handle it like every other
+    error dst raises.  Catching it does not rescue the run: before raising, the trap
+    has recorded the violation ``Nondeterminism`` and stopped the run, so an
+    ``except Exception`` around the call changes nothing about the verdict.
+    """
 
 
 class ProcessCrashed(BaseException):

@@ -55,7 +55,10 @@ def test_tasks_may_use_trio_locks_events_and_channels_between_choice_points() ->
     results = many(inline(setup, invariants={"NoLost": no_lost}), range(200))
     assert all(r.verdict == "pass" for r in results)
     assert all(r.ended == "quiescent" for r in results)
-    assert {r.steps for r in results} == {13}  # 1 + 2 x 3 x 2 choice points, every seed
+    # 1 + 2 x 3 x 2 store calls in every seed, whatever the checkpoints between them.
+    store_calls = {sum(1 for r_ in r.trace().records if r_["type"] == "decision"
+                       and "@db." in r_["enabled"][r_["chosen"]]) for r in results}
+    assert store_calls == {13}
     assert len({r.trace().sha256() for r in results}) > 10  # and the order varied
 
 

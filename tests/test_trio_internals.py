@@ -1,18 +1,19 @@
-"""The two private trio hooks dst relies on still exist and still do what they did."""
+"""The private trio internals dst relies on still exist and still do what they did."""
 
 from __future__ import annotations
 
 import trio
 import trio.testing
 
-from dst.sim.trio_internals import deterministic_trio, reseed_trio
+from dst.sim.trio_internals import deterministic_trio, hold, release
 
 
-def _order(seed: int) -> list[int]:
+def _order(extra_checkpoint: bool) -> list[int]:
     order: list[int] = []
 
     async def main() -> None:
-        reseed_trio(seed)
+        if extra_checkpoint:
+            await trio.sleep(0)
 
         async def task(i: int) -> None:
             for _ in range(3):
@@ -28,18 +29,50 @@ def _order(seed: int) -> list[int]:
     return order
 
 
-def test_trio_batches_are_ordered_by_the_reseeded_generator() -> None:
-    assert _order(7) == _order(7)
-    assert len({tuple(_order(s)) for s in range(20)}) > 10
+def test_trio_batches_run_in_a_fixed_order_that_no_generator_decides() -> None:
+    first = _order(extra_checkpoint=False)
+    assert first == _order(extra_checkpoint=False)
+    # Newest task first, in every batch; an added checkpoint elsewhere changes nothing.
+    assert first == [5, 4, 3, 2, 1, 0] * 3
+    assert _order(extra_checkpoint=True) == first
 
 
-def test_the_deterministic_flag_is_restored_afterwards() -> None:
+def test_the_scheduling_state_is_restored_afterwards() -> None:
     from trio._core import _run
 
-    before = _run._ALLOW_DETERMINISTIC_SCHEDULING
+    before = (_run._ALLOW_DETERMINISTIC_SCHEDULING, _run._r)
     with deterministic_trio():
         assert _run._ALLOW_DETERMINISTIC_SCHEDULING is True
-    assert before == _run._ALLOW_DETERMINISTIC_SCHEDULING
+        assert _run._r is not before[1]
+    assert (_run._ALLOW_DETERMINISTIC_SCHEDULING, _run._r) == before
+
+
+def test_a_rescheduled_task_can_be_held_out_of_the_run_queue_and_released() -> None:
+    order: list[str] = []
+    held: list[trio.lowlevel.Task] = []
+
+    class Holder(trio.abc.Instrument):
+        def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+            if task.name.endswith("slow") and not held and hold(task):
+                held.append(task)
+
+    async def main() -> None:
+        async def slow() -> None:
+            await trio.sleep(0)  # held here until released
+            order.append("slow")
+
+        async def fast() -> None:
+            for _ in range(5):
+                await trio.sleep(0)
+            order.append("fast")
+            release(held[0])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow)
+            nursery.start_soon(fast)
+
+    trio.run(main, instruments=[Holder()])
+    assert order == ["fast", "slow"]
 
 
 def test_a_blocked_task_can_be_interrupted_through_a_shield() -> None:

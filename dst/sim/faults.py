@@ -31,6 +31,16 @@ class FaultPlan:
     #: is quick next to their timeouts: a timeout still fires first sometimes,
     #: but a run is not spent mostly on premature timeouts and resends.
     timer_weight: float = 1.0
+    #: Preemptions at trio checkpoints per run.  While any are left, every task
+    #: of the system that trio would run next (after ``trio.sleep(0)``, a lock,
+    #: an event, a channel operation, a new task, a cancellation) is held at a
+    #: choice point instead, and running anything but the task that just
+    #: yielded spends one.  0 makes checkpoints ordinary again: only ``Env``
+    #: calls, messages, timers and faults are choices.
+    preemptions: int = 2
+    #: Weight of each preempting option, relative to its usual weight, against
+    #: 1.0 for letting the task that yielded go on.
+    preempt_weight: float = 0.2
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
@@ -43,6 +53,8 @@ class FaultPlan:
             parts.append(f"drops<={self.max_drops}")
         if self.max_dups:
             parts.append(f"dups<={self.max_dups}")
+        if self.preemptions:
+            parts.append(f"preemptions<={self.preemptions}")
         return ", ".join(parts) or "no faults"
 
 

@@ -1,192 +1,535 @@
 """Traps the ways code inside a simulated run could read the real world.
 
-Inside a run, the wall clock, the global ``random`` generator, ``os.urandom``,
-``uuid1``/``uuid4``, starting a thread and opening a socket each raise
-:class:`NondeterminismError`, naming the call site and what to use instead.
+Inside a run, reading a clock (``time.time``, ``perf_counter``, ``datetime.now``,
+``time.localtime()`` with no argument, ...), drawing from the global ``random``
+generator, ``SystemRandom``, ``secrets``, an unseeded ``random.Random()``,
+``os.urandom``, ``uuid1``/``uuid4``, ``os.getpid``, starting a thread or a
+subprocess, opening a socket or resolving a name, and trio's file, thread,
+subprocess and network entry points each stop the run with the built-in
+violation ``Nondeterminism`` and raise :class:`NondeterminismError`, naming the
+call, the site in the user's code and what to use instead.
 
-How: the guard swaps the module attributes (``time.time``, ``random.random``,
-``datetime.datetime``, ...) for traps, and also every reference to them that
-non-standard-library modules hold (``from time import time`` in user code), and
-puts everything back on exit.  References taken into a local variable or a
-default argument before the run cannot be reached; ``docs/design.md``
-says so.  trio's own internals are let through: they never decide anything a
-run can observe.
+How: the guard swaps module and class attributes (``time.time``,
+``random.random``, ``datetime.datetime``, ``threading.Thread.start``, ...) for
+traps, and also every reference to them that non-standard-library modules hold
+(``from time import time`` in user code), and puts everything back on
+``restore()``, including references taken by modules first imported during the
+run.  A trap that escapes anyway (into an object, a closure, a default argument)
+behaves exactly like the original once the guard is gone.
+
+Who may call what:
+
+* *Readers* of the real world (clocks, generators, threads, sockets, processes)
+  are judged by the first caller outside the standard library: trio, structlog,
+  the test runner and dst's own machinery are let through (they decide nothing
+  a run observes); user code, directly or through a stdlib helper such as
+  ``secrets`` or ``email.utils``, is stopped.
+* *Entry points* (``trio.to_thread.run_sync``, ``trio.lowlevel.start_thread_soon``,
+  ``trio.Path``'s methods, ``trio.open_file``, ``trio.run_process``, trio's
+  sockets and ``open_tcp_stream``, ...) are stopped whoever the caller is: they
+  are what the user asked for, and trio calls them only on the user's behalf.
+  Left alone, the thread or subprocess would run outside the simulation while
+  the scheduler declares quiescence, and identical runs would differ.
+
+stdlib ``logging`` keeps working: while the guard is installed, ``logging``
+reads the run's virtual clock (``LogRecord.created`` is virtual seconds), so
+logging never trips a trap and never reads the wall clock.
+
+Traps cost nothing until called: the guard is installed once per batch of seeds,
+and nothing runs per decision.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import inspect
+import logging
 import os
 import random
 import socket
+import subprocess
 import sys
 import sysconfig
 import threading
 import time
+import types
 import uuid
+from _thread import get_ident
 from collections.abc import Callable, Iterator
-from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import NondeterminismError
+from .kernel import ACTIVE
 
-_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
-
-#: Modules whose references to trapped callables are left alone: trio runs the
+#: Top-level packages and subpackages whose calls are let through: trio runs the
 #: simulation, and the libraries dst is made of read nothing a run observes.
-_EXEMPT_PREFIXES = (
-    "trio", "outcome", "sniffio", "structlog", "click", "hypothesis", "_pytest",
-    "pytest", "pluggy", "dst.sim", "dst.trace", "dst.runner", "dst.explore", "dst.cli",
-    "coverage", "_hypothesis",
-)
+#: Matched by exact name or at a dot boundary: ``trio_x`` or ``outcomes`` are user code.
+_EXEMPT = frozenset({
+    "trio", "outcome", "sniffio", "structlog", "click", "hypothesis", "_hypothesis_globals",
+    "_hypothesis_pytestplugin", "_hypothesis_ftz_detector", "_pytest", "pytest", "pluggy",
+    "coverage", "dst.sim", "dst.trace", "dst.runner", "dst.explore", "dst.cli",
+})
 
-
-def _call_site(depth: int = 2) -> tuple[str, str]:
-    frame = sys._getframe(depth)
-    return frame.f_globals.get("__name__", "?"), f"{frame.f_code.co_filename}:{frame.f_lineno}"
+_EXEMPT_CACHE: dict[str, bool] = {}
 
 
 def _exempt(module: str) -> bool:
-    return module.startswith(_EXEMPT_PREFIXES)
+    known = _EXEMPT_CACHE.get(module)
+    if known is None:
+        name = module
+        while name not in _EXEMPT:
+            dot = name.rfind(".")
+            if dot < 0:
+                break
+            name = name[:dot]
+        known = _EXEMPT_CACHE[module] = name in _EXEMPT
+    return known
 
 
-def _trap(name: str, original: Callable[..., Any], instead: str) -> Callable[..., Any]:
-    def trapped(*args: Any, **kwargs: Any) -> Any:
-        module, site = _call_site()
-        if _exempt(module):
-            return original(*args, **kwargs)
-        raise NondeterminismError(
-            f"{name}() called at {site} inside a simulated run; use {instead} instead"
-        )
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+#: Third-party packages installed next to the standard library are not part of it.
+_SITE = tuple(
+    {os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")}
+)
 
-    trapped.__name__ = getattr(original, "__name__", name)
-    trapped.__wrapped__ = original  # type: ignore[attr-defined]
-    return trapped
+_IN_STDLIB: dict[str, bool] = {}
 
 
-class _GuardedDatetime(_dt.datetime):
+def _in_stdlib(path: str) -> bool:
+    """Whether a source file belongs to the standard library (memoized: realpath is slow)."""
+    known = _IN_STDLIB.get(path)
+    if known is None:
+        if path.startswith("<"):
+            # Frozen stdlib modules and generated code (``<string>``, attrs'
+            # ``__init__``) speak for whoever called them.
+            known = True
+        else:
+            real = os.path.realpath(path)
+            known = (real.startswith(_STDLIB) and not real.startswith(_SITE)
+                     and "site-packages" not in real)
+        _IN_STDLIB[path] = known
+    return known
+
+
+def _module_of(frame: types.FrameType) -> str:
+    name = frame.f_globals.get("__name__")
+    return name if isinstance(name, str) else "?"
+
+
+def _culprit(
+    frame: types.FrameType | None, entry_point: bool
+) -> tuple[types.FrameType, types.FrameType | None] | None:
+    """Whom to blame for a trapped call: (their frame, the frame they called), or None.
+
+    The first caller outside the standard library decides: a stdlib helper
+    (``secrets.token_hex``, ``email.utils.formatdate``) reads the real world on
+    behalf of whoever called it.  None means the call is let through: an exempt
+    library made it, and it is not an entry point.  For an entry point the blame
+    walks on past trio to the user's code (``AsyncIOWrapper.read`` is trio
+    calling ``to_thread.run_sync`` for the user).
+    """
+    direct = frame
+    inner: types.FrameType | None = None
+    while frame is not None and _in_stdlib(frame.f_code.co_filename):
+        inner, frame = frame, frame.f_back
+    if frame is not None and _exempt(_module_of(frame)):
+        if not entry_point:
+            return None
+        while frame is not None and (
+            _in_stdlib(frame.f_code.co_filename) or _exempt(_module_of(frame))
+        ):
+            inner, frame = frame, frame.f_back
+    if frame is None:  # nothing but the stdlib and exempt code: blame the direct caller
+        assert direct is not None
+        return direct, None
+    return frame, inner
+
+
+def _fire(
+    what: str, instead: str, frame: types.FrameType, inner: types.FrameType | None
+) -> NoReturn:
+    """Void the active run, then raise: ``except Exception`` cannot turn it back into a pass."""
+    via = f" (through {_module_of(inner)})" if inner is not None else ""
+    message = (
+        f"{what} called at {frame.f_code.co_filename}:{frame.f_lineno}{via} inside a "
+        f"simulated run; use {instead} instead"
+    )
+    if ACTIVE:
+        ACTIVE[-1].trapped(message)
+    raise NondeterminismError(message)
+
+
+#: Installs in force (a trap left behind after ``restore()`` passes straight through).
+_DEPTH = 0
+#: The thread that runs the simulation.  Other threads (a logging queue listener,
+#: a test runner's watchdog) were started outside any run and are not judged,
+#: and a trap must never touch a run from a thread that is not running it.
+_GUARDED_THREAD: int | None = None
+
+Predicate = Callable[[tuple[Any, ...], dict[str, Any]], bool]
+
+
+class _Trap:
+    """Stands in for a callable that reads the real world.
+
+    Not a descriptor, like the builtins it mostly replaces: stored as a class
+    attribute (``converter = time.localtime``) it does not bind.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        original: Any,
+        instead: str,
+        *,
+        entry_point: bool = False,
+        reads: Predicate | None = None,
+    ) -> None:
+        self.what = what
+        self.original = original
+        self.instead = instead
+        self.entry_point = entry_point
+        #: Whether a call with these arguments reads the real world (default: always).
+        self.reads = reads
+        self.__wrapped__ = original
+        self.__name__ = getattr(original, "__name__", what)
+        self.__qualname__ = getattr(original, "__qualname__", what)
+        self.__doc__ = getattr(original, "__doc__", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _DEPTH and (self.reads is None or self.reads(args, kwargs)) \
+                and get_ident() == _GUARDED_THREAD:
+            blame = _culprit(sys._getframe(1), self.entry_point)
+            if blame is not None:
+                _fire(self.what, self.instead, *blame)
+        return self.original(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<dst guard trap for {self.what}>"
+
+
+class _MethodTrap(_Trap):
+    """A trap set on a class in place of a method: binds to the instance like a function."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return self if obj is None else types.MethodType(self, obj)
+
+
+def _without(index: int, keyword: str) -> Predicate:
+    """Reads the real world when argument ``index`` (or ``keyword``) is absent or None."""
+
+    def reads(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        value = args[index] if len(args) > index else kwargs.get(keyword)
+        return value is None
+
+    return reads
+
+
+_REAL_DATETIME = _dt.datetime
+_REAL_DATE = _dt.date
+
+
+class _StandIn(type):
+    """``isinstance(d, datetime)`` stays true for a datetime made before the run.
+
+    Without it, code that checks types would take another branch inside a run
+    than outside, and dst would be testing a different program.
+    """
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        real = _STANDS_FOR.get(cls)
+        return isinstance(obj, real) if real is not None else type.__instancecheck__(cls, obj)
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        real = _STANDS_FOR.get(cls)
+        return issubclass(sub, real) if real is not None else type.__subclasscheck__(cls, sub)
+
+
+def _datetime_read(what: str, frame: types.FrameType | None) -> None:
+    if _DEPTH and get_ident() == _GUARDED_THREAD:
+        blame = _culprit(frame, False)
+        if blame is not None:
+            _fire(what, _CLOCK, *blame)
+
+
+class _GuardedDatetime(_dt.datetime, metaclass=_StandIn):
     @classmethod
     def now(cls, tz: Any = None) -> Any:
-        _raise_datetime("datetime.now")
+        _datetime_read("datetime.datetime.now()", sys._getframe(1))
+        return _REAL_DATETIME.now(tz)
 
     @classmethod
     def utcnow(cls) -> Any:
-        _raise_datetime("datetime.utcnow")
+        _datetime_read("datetime.datetime.utcnow()", sys._getframe(1))
+        return _REAL_DATETIME.utcnow()
 
     @classmethod
     def today(cls) -> Any:
-        _raise_datetime("datetime.today")
+        _datetime_read("datetime.datetime.today()", sys._getframe(1))
+        return _REAL_DATETIME.today()
 
 
-class _GuardedDate(_dt.date):
+class _GuardedDate(_dt.date, metaclass=_StandIn):
     @classmethod
     def today(cls) -> Any:
-        _raise_datetime("date.today")
+        _datetime_read("datetime.date.today()", sys._getframe(1))
+        return _REAL_DATE.today()
 
 
-def _raise_datetime(name: str) -> None:
-    _, site = _call_site(3)
-    raise NondeterminismError(
-        f"{name}() called at {site} inside a simulated run; use env.clock.now() instead"
-    )
+_STANDS_FOR: dict[type, type] = {_GuardedDatetime: _REAL_DATETIME, _GuardedDate: _REAL_DATE}
+
+
+class _Proxy:
+    """A module as one stdlib module sees it while the guard is installed."""
+
+    def __init__(self, real: types.ModuleType, **overrides: Callable[..., Any]) -> None:
+        self._real = real
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+_REAL_TIME = time.time
+_REAL_TIME_NS = time.time_ns
+_REAL_GETPID = os.getpid
+
+
+def _in_run() -> bool:
+    return bool(ACTIVE) and get_ident() == _GUARDED_THREAD
+
+
+def _virtual_time() -> float:
+    return ACTIVE[-1].now if _in_run() else _REAL_TIME()
+
+
+def _virtual_time_ns() -> int:
+    return round(ACTIVE[-1].now * 1_000_000_000) if _in_run() else _REAL_TIME_NS()
 
 
 _CLOCK = "env.clock.now()"
 _RNG = "env.rng (seeded per run)"
+_THREADS = "a trio task (nursery.start_soon; threads are not simulated)"
+_FILES = "env.store (files are not simulated)"
+_PROCESSES = "a fake registered with sim.service and called through env.services"
+_NET = "env.net"
+
+#: (owner, attribute, replacement, shared): ``shared`` replacements also take the
+#: place of every reference other modules hold to the original.
+Target = tuple[Any, str, Any, bool]
 
 
-def _targets() -> list[tuple[ModuleType, str, Any]]:
-    """(module, attribute, replacement) for every trapped name."""
-    out: list[tuple[ModuleType, str, Any]] = []
-    for name in ("time", "time_ns", "monotonic", "monotonic_ns"):
-        out.append((time, name, _trap(f"time.{name}", getattr(time, name), _CLOCK)))
-    for name in (
-        "random", "randint", "randrange", "choice", "choices", "shuffle", "sample",
-        "uniform", "getrandbits", "gauss", "randbytes", "seed",
-    ):
-        out.append((random, name, _trap(f"random.{name}", getattr(random, name), _RNG)))
-    out.append((os, "urandom", _trap("os.urandom", os.urandom, "env.rng.randbytes(n)")))
-    for name in ("uuid1", "uuid4"):
-        out.append(
-            (uuid, name, _trap(f"uuid.{name}", getattr(uuid, name),
-                               "uuid.UUID(int=env.rng.getrandbits(128), version=4)"))
-        )
+def _targets() -> list[Target]:
+    out: list[Target] = []
+
+    def trap(owner: Any, attr: str, what: str, instead: str, **how: Any) -> None:
+        original = vars(owner).get(attr)
+        if original is None:
+            return  # not on this platform or Python version
+        if isinstance(owner, type):
+            out.append((owner, attr, _MethodTrap(what, original, instead, **how), False))
+        else:
+            out.append((owner, attr, _Trap(what, original, instead, **how), True))
+
+    for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
+                 "perf_counter_ns", "process_time", "process_time_ns", "thread_time",
+                 "thread_time_ns", "clock_gettime", "clock_gettime_ns"):
+        trap(time, name, f"time.{name}()", _CLOCK)
+    # Without a time argument these read the wall clock; with one they are pure.
+    for name, index in (("localtime", 0), ("gmtime", 0), ("ctime", 0), ("asctime", 0),
+                        ("strftime", 1)):
+        trap(time, name, f"time.{name}() without a time argument", _CLOCK,
+             reads=_without(index, ""))
+    out.append((_dt, "datetime", _GuardedDatetime, True))
+    out.append((_dt, "date", _GuardedDate, True))
+
+    # Every module-level function of the global generator (random.random,
+    # expovariate, seed, getstate, ...), found by what it is bound to.
+    global_rng = getattr(random.random, "__self__", None)
+    for name in dir(random) if global_rng is not None else ():
+        if not name.startswith("_") and getattr(getattr(random, name), "__self__", None) \
+                is global_rng:
+            trap(random, name, f"random.{name}()", _RNG)
+    for name in ("random", "getrandbits", "randbytes"):  # secrets goes through these
+        trap(random.SystemRandom, name, f"random.SystemRandom.{name}()", _RNG)
+    trap(random.Random, "seed", "random.Random() without a seed", "random.Random(seed) or "
+         + _RNG, reads=_without(1, "a"))
+    trap(os, "urandom", "os.urandom()", "env.rng.randbytes(n)")
+    trap(os, "getrandom", "os.getrandom()", "env.rng.randbytes(n)")
+    for name in ("uuid1", "uuid4", "getnode"):
+        trap(uuid, name, f"uuid.{name}()", "uuid.UUID(int=env.rng.getrandbits(128), version=4)")
+    trap(os, "getpid", "os.getpid()", "env.name (the pid differs between processes)")
+
+    trap(threading.Thread, "start", "threading.Thread.start()", _THREADS)
+    trap(subprocess.Popen, "__init__", "subprocess.Popen()", _PROCESSES)
+    trap(os, "system", "os.system()", _PROCESSES)
+    trap(socket.socket, "__init__", "socket.socket()", _NET)
+    for name in ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr"):
+        trap(socket, name, f"socket.{name}()", _NET)
+
     import trio
 
-    no_threads = "a trio task (threads are not simulated)"
-    out.append((trio.to_thread, "run_sync",
-                _trap("trio.to_thread.run_sync", trio.to_thread.run_sync, no_threads)))
-    for name in ("socket", "socketpair"):
-        original = getattr(trio.socket, name)
-        out.append((trio.socket, name, _trap(f"trio.socket.{name}", original, "env.net")))
-    for name in ("open_tcp_stream", "open_tcp_listeners", "serve_tcp"):
-        out.append((trio, name, _trap(f"trio.{name}", getattr(trio, name), "env.net")))
-    out.append((_dt, "datetime", _GuardedDatetime))
-    out.append((_dt, "date", _GuardedDate))
+    def entry(owner: Any, attr: str, what: str, instead: str) -> None:
+        trap(owner, attr, what, instead, entry_point=True)
+
+    entry(trio.to_thread, "run_sync", "trio.to_thread.run_sync()", _THREADS)
+    entry(trio.lowlevel, "start_thread_soon", "trio.lowlevel.start_thread_soon()", _THREADS)
+    entry(trio, "run_process", "trio.run_process()", _PROCESSES)
+    entry(trio.lowlevel, "open_process", "trio.lowlevel.open_process()", _PROCESSES)
+    entry(trio, "open_file", "trio.open_file()", _FILES)
+    entry(trio, "wrap_file", "trio.wrap_file()", _FILES)
+    for name, method in vars(trio.Path).items():
+        function = getattr(method, "__func__", method)
+        if not name.startswith("_") and inspect.iscoroutinefunction(function):
+            what = f"trio.Path.{name}()"
+            if isinstance(method, classmethod):
+                out.append((trio.Path, name, classmethod(
+                    _Trap(what, function, _FILES, entry_point=True)), False))
+            else:
+                entry(trio.Path, name, what, _FILES)
+    for name in ("socket", "socketpair", "fromfd", "from_stdlib_socket", "getaddrinfo",
+                 "getnameinfo"):
+        entry(trio.socket, name, f"trio.socket.{name}()", _NET)
+    for name in ("open_tcp_stream", "open_tcp_listeners", "serve_tcp", "open_unix_socket",
+                 "open_ssl_over_tcp_stream", "open_ssl_over_tcp_listeners",
+                 "serve_ssl_over_tcp"):
+        entry(trio, name, f"trio.{name}()", _NET)
+
+    # stdlib logging reads the run's virtual clock instead of tripping a trap.
+    for name in ("logging", "logging.handlers"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "time", None) is time:
+            out.append((module, "time", _Proxy(time, time=_virtual_time,
+                                                  time_ns=_virtual_time_ns), False))
+    if getattr(logging, "os", None) is os:  # LogRecord.process: the user's handlers only
+        out.append((logging, "os", _Proxy(os, getpid=_REAL_GETPID), False))
+    start = getattr(logging, "_startTime", None)
+    if isinstance(start, (int, float)):  # relativeCreated = created - _startTime
+        out.append((logging, "_startTime", type(start)(0), False))
     return out
 
 
-def _thread_start(self: threading.Thread) -> None:
-    module, site = _call_site()
-    if _exempt(module):
-        return _ORIGINAL_THREAD_START(self)
-    raise NondeterminismError(
-        f"threading.Thread.start() called at {site} inside a simulated run; "
-        "use a trio task (nursery.start_soon) instead"
-    )
+_MISSING = object()
 
 
-def _socket_init(self: socket.socket, *args: Any, **kwargs: Any) -> None:
-    module, site = _call_site()
-    if _exempt(module):
-        return _ORIGINAL_SOCKET_INIT(self, *args, **kwargs)
-    raise NondeterminismError(
-        f"socket.socket() called at {site} inside a simulated run; use env.net instead"
-    )
+def _is_trio(name: str) -> bool:
+    return name == "trio" or name.startswith("trio.")
 
 
-_ORIGINAL_THREAD_START = threading.Thread.start
-_ORIGINAL_SOCKET_INIT = socket.socket.__init__
-
-
-_OUTSIDE_STDLIB: dict[str, bool] = {}
-
-
-def _user_modules() -> list[ModuleType]:
+def _user_modules() -> list[tuple[str, types.ModuleType]]:
+    """Loaded modules outside the standard library and the exempt packages."""
     mods = []
     for name, mod in list(sys.modules.items()):
         if mod is None or _exempt(name):
             continue
         path = getattr(mod, "__file__", None)
-        if not path:
-            continue
-        outside = _OUTSIDE_STDLIB.get(path)
-        if outside is None:
-            outside = _OUTSIDE_STDLIB[path] = not os.path.realpath(path).startswith(_STDLIB)
-        if not outside:
-            continue
-        mods.append(mod)
+        if path and isinstance(path, str) and not _in_stdlib(path):
+            mods.append((name, mod))
     return mods
+
+
+class _Installed:
+    """What ``install`` changed, for ``restore`` to undo."""
+
+    def __init__(self) -> None:
+        #: (owner, attribute, original or _MISSING) in the order they were set.
+        self.patched: list[tuple[Any, str, Any]] = []
+        #: id(replacement) -> (replacement, original): to find traps taken mid-run.
+        self.originals: dict[int, tuple[Any, Any]] = {}
+        self.modules_before: set[str] = set()
+        self.user_modules: list[tuple[str, types.ModuleType]] = []
+
+
+def _install() -> _Installed:
+    global _DEPTH, _GUARDED_THREAD
+    state = _Installed()
+    shared: dict[int, tuple[Any, Any]] = {}
+    entry_points: dict[int, tuple[Any, Any]] = {}
+    for owner, attr, replacement, is_shared in _targets():
+        original = vars(owner).get(attr, _MISSING)
+        state.patched.append((owner, attr, original))
+        setattr(owner, attr, replacement)
+        if is_shared or isinstance(replacement, _Trap):
+            state.originals[id(replacement)] = (replacement, original)
+        if is_shared:
+            shared[id(original)] = (original, replacement)
+            if isinstance(replacement, _Trap) and replacement.entry_point:
+                entry_points[id(original)] = (original, replacement)
+    state.modules_before = set(sys.modules)
+    state.user_modules = _user_modules()
+    for _, mod in state.user_modules:
+        _swap(state, mod, shared)
+    # trio's own modules hold entry points too (trio.Path calls ``run_sync`` by a
+    # name imported from trio.to_thread); only those are swapped there.
+    for name, mod in list(sys.modules.items()):
+        if mod is not None and _is_trio(name):
+            _swap(state, mod, entry_points)
+    _GUARDED_THREAD = get_ident()
+    _DEPTH += 1
+    return state
+
+
+def _swap(state: _Installed, mod: types.ModuleType, table: dict[int, tuple[Any, Any]]) -> None:
+    namespace = vars(mod)
+    for attr, value in list(namespace.items()):
+        hit = table.get(id(value))
+        if hit is not None and hit[0] is value:
+            state.patched.append((mod, attr, value))
+            namespace[attr] = hit[1]
+
+
+def _put_back(owner: Any, originals: dict[int, tuple[Any, Any]]) -> None:
+    for attr, value in list(vars(owner).items()):
+        hit = originals.get(id(value))
+        if hit is not None and hit[0] is value and hit[1] is not _MISSING:
+            setattr(owner, attr, hit[1])
+
+
+def _restore(state: _Installed) -> None:
+    global _DEPTH
+    _DEPTH -= 1
+    for owner, attr, original in reversed(state.patched):
+        if original is _MISSING:
+            with contextlib.suppress(AttributeError):
+                delattr(owner, attr)
+        else:
+            setattr(owner, attr, original)
+    # References taken while the guard was installed: a user module that did
+    # ``x = time.time`` at run time, a module first imported during the run
+    # (``from time import time`` bound the trap), and the classes it defined.
+    originals = state.originals
+    for _, mod in state.user_modules:
+        _put_back(mod, originals)
+    before = state.modules_before
+    for name, mod in list(sys.modules.items()):
+        if mod is None or name in before:
+            continue
+        _put_back(mod, originals)
+        for value in list(vars(mod).values()):
+            if isinstance(value, type) and value.__module__ == name:
+                with contextlib.suppress(AttributeError, TypeError):
+                    _put_back(value, originals)
 
 
 class Guard:
     """Installs the traps; ``restore()`` undoes them (idempotent, safe in any ``finally``)."""
 
     def __init__(self) -> None:
-        self._patched: list[tuple[Any, str, Any]] = []
-        self.active = False
+        self._state: _Installed | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._state is not None
 
     def install(self) -> None:
-        if not self.active:
-            self._patched = _install()
-            self.active = True
+        if self._state is None:
+            self._state = _install()
 
     def restore(self) -> None:
-        if self.active:
-            _restore(self._patched)
-            self._patched = []
-            self.active = False
+        if self._state is not None:
+            state, self._state = self._state, None
+            _restore(state)
 
 
 @contextlib.contextmanager
@@ -198,30 +541,3 @@ def guard() -> Iterator[None]:
         yield
     finally:
         g.restore()
-
-
-def _install() -> list[tuple[Any, str, Any]]:
-    patched: list[tuple[Any, str, Any]] = []
-    replacements: dict[int, Any] = {}
-    for module, attr, trap in _targets():
-        original = getattr(module, attr)
-        replacements[id(original)] = trap
-        patched.append((module, attr, original))
-        setattr(module, attr, trap)
-    for mod in _user_modules():
-        namespace = vars(mod)
-        for attr, value in list(namespace.items()):
-            trap = replacements.get(id(value))
-            if trap is not None and not isinstance(value, (int, str)):
-                patched.append((mod, attr, value))
-                namespace[attr] = trap
-    threading.Thread.start = _thread_start  # type: ignore[method-assign]
-    socket.socket.__init__ = _socket_init  # type: ignore[method-assign]
-    return patched
-
-
-def _restore(patched: list[tuple[Any, str, Any]]) -> None:
-    threading.Thread.start = _ORIGINAL_THREAD_START  # type: ignore[method-assign]
-    socket.socket.__init__ = _ORIGINAL_SOCKET_INIT  # type: ignore[method-assign]
-    for module, attr, original in reversed(patched):
-        setattr(module, attr, original)

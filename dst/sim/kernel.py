@@ -71,7 +71,7 @@ Invariant = Callable[[], object]
 _INF = math.inf
 
 # Option kinds (ints: compared on the hot path).
-_TASK, _TIMER, _DELIVER, _DROP, _DUP, _CRASH, _RESTART = range(7)
+_TASK, _TIMER, _DELIVER, _DROP, _DUP, _CRASH, _RESTART, _HELD = range(8)
 
 class RunStopped(BaseException):
     """Unwinds a task when the run stops: thrown into tasks that a cancellation cannot
@@ -143,6 +143,16 @@ class Sim:
         self._spinning: set[str] = set()
         self._spin_counts: dict[ll.Task, int] = {}
         self._doom_watch: _DoomWatch | None = None
+        #: Preemption at trio checkpoints (see FaultPlan.preemptions): tasks
+        #: taken out of trio's run queue, the task that yielded last (running
+        #: anything else preempts it), and the instrument that holds them.
+        self.preemptions_left = faults.preemptions
+        self._held: dict[ll.Task, str] = {}
+        self._continuation: ll.Task | None = None
+        self._hold_watch: _HoldWatch | None = None
+        #: True while the kernel itself wakes tasks (performing a decision):
+        #: those wake-ups are the decision, not new choice points.
+        self._releasing = False
         #: Tasks of dead incarnations still alive: each is interrupted with
         #: ProcessCrashed whenever it blocks (see ``_bury``).
         self._doomed: set[ll.Task] = set()
@@ -353,6 +363,8 @@ class Sim:
             return 0.0  # trio expires it in this very pass; nothing to choose
         if self._invariants and self._check_invariants():
             return 0.0
+        if self._held:
+            return self._schedule_held(deadline, clock)
         if self.step >= self.max_steps:
             self._stop("bound")
             return 0.0
@@ -436,8 +448,18 @@ class Sim:
         return options
 
     def _perform(self, option: tuple[str, float, int, Any], clock: VirtualClock) -> None:
+        self._releasing = True
+        try:
+            self._perform_option(option, clock)
+        finally:
+            self._releasing = False
+
+    def _perform_option(self, option: tuple[str, float, int, Any], clock: VirtualClock) -> None:
         kind, target = option[2], option[3]
-        if kind == _TASK:
+        if kind == _HELD:
+            del self._held[target]
+            trio_internals.release(target)
+        elif kind == _TASK:
             del self._parked[target]
             ll.reschedule(target)
         elif kind == _TIMER:
@@ -493,9 +515,14 @@ class Sim:
                 nursery.cancel_scope.cancel()
         # A cancellation does not reach a call parked inside a shielded scope:
         # end those calls too, or the run could never finish.
-        for task in list(self._parked):
-            del self._parked[task]
-            ll.reschedule(task, outcome.Error(RunStopped("the run has stopped")))
+        self._releasing = True
+        try:
+            for task in list(self._parked):
+                del self._parked[task]
+                ll.reschedule(task, outcome.Error(RunStopped("the run has stopped")))
+        finally:
+            self._releasing = False
+        self._end_preemption()
 
     def _bury(self, inc: Incarnation) -> None:
         """A crash: end every task of the dead incarnation, wherever it runs.
@@ -511,6 +538,8 @@ class Sim:
             label = parked.pop(task, None)
             if label is not None:
                 self.fault("refused", inc.name, label.partition("@")[2])
+            if self._held.pop(task, None) is not None:
+                trio_internals.release(task)  # runs into its cancelled scope
             self._doom(task)
             if trio_internals.is_blocked(task):
                 trio_internals.interrupt(task, ProcessCrashed(f"process {inc.name} has crashed"))
@@ -610,6 +639,80 @@ class Sim:
             "system coming to rest, and nothing else could happen",
         )
 
+    # -- preemption at trio checkpoints ---------------------------------------
+
+    def task_scheduled(self, task: ll.Task) -> None:
+        """trio made ``task`` runnable while some task stepped: hold it at a choice point.
+
+        Only wake-ups caused by the code under test are held (a checkpoint, an
+        event set, a lock handed over, a new task); those the kernel causes by
+        performing a decision, and those trio's loop causes (timers, I/O), are
+        the decision itself.
+        """
+        if self._releasing or self._stopping:
+            return
+        inc = task.context.get(_INCARNATION_VAR)
+        if inc is None or inc.state is not RUNNING or inc.process.sim is not self:
+            return
+        try:
+            current = ll.current_task()
+        except RuntimeError:
+            return  # trio's loop itself (a timer expired): not inside a step
+        if not trio_internals.hold(task):
+            return
+        self._held[task] = self._task_labels.get(task) or self._label_task(task, inc)
+        if task is current:
+            self._continuation = task
+
+    def _schedule_held(self, deadline: float, clock: VirtualClock) -> float:
+        """Some tasks are held at checkpoints: choose what runs next.
+
+        Letting the task that just yielded go on is the ordinary choice (weight
+        1.0); anything else preempts it, at ``preempt_weight`` times its usual
+        weight, and spends one preemption.  With no such task (it blocked), the
+        choice among the woken tasks and the rest is an ordinary one.
+        """
+        if self.step >= self.max_steps:
+            self._stop("bound")
+            return 0.0
+        held = sorted(self._held.items(), key=_by_label)
+        options: list[tuple[str, float, int, Any]] = [
+            (f"{label}@run", 1.0, _HELD, task) for task, label in held
+        ]
+        options.extend(self._options(deadline))
+        cont = self._continuation
+        self._continuation = None
+        if len(options) == 1:
+            self._perform(options[0], clock)  # nothing else could go: not a choice
+            return 0.0
+        weights: list[float] | None = None
+        if cont is not None and cont in self._held:
+            pw = self.faults.preempt_weight
+            weights = [1.0 if o[3] is cont else o[1] * pw for o in options]
+        elif any(o[1] != 1.0 for o in options):
+            weights = [o[1] for o in options]
+        index = self._decide([o[0] for o in options], weights)
+        if index < 0:
+            return 0.0
+        chosen = options[index]
+        self._perform(chosen, clock)
+        if cont is not None and chosen[3] is not cont and weights is not None:
+            self.preemptions_left -= 1
+            if self.preemptions_left <= 0:
+                self._end_preemption()
+        return 0.0
+
+    def _end_preemption(self) -> None:
+        """No preemption left (or the run stops): trio runs its queue as usual again."""
+        if self._hold_watch is not None:
+            ll.remove_instrument(self._hold_watch)
+            self._hold_watch = None
+        if self._held:
+            for task, _ in sorted(self._held.items(), key=_by_label):
+                trio_internals.release(task)
+            self._held.clear()
+        self._continuation = None
+
     def _end_quiescent(self) -> None:
         """Nothing is enabled: the run ends, unless tasks are stuck for ever.
 
@@ -688,13 +791,13 @@ class Sim:
 
     async def run(self, clock: VirtualClock, setup: Callable[[Sim], None]) -> None:
         """Run to the end inside an already running ``trio.run`` driven by ``clock``."""
-        from .trio_internals import reseed_trio
-
         self._clock = clock
         clock.reset()
-        reseed_trio(f"dst-trio/{self.seed}")
         ACTIVE.append(self)
         clock.on_quiescence = self.on_quiescence
+        if self.preemptions_left > 0:
+            self._hold_watch = _HoldWatch(self)
+            ll.add_instrument(self._hold_watch)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -720,6 +823,7 @@ class Sim:
             self._incarnation_of.clear()
             self._doomed.clear()
             self._unwatch()
+            self._end_preemption()
             if self._doom_watch is not None:
                 ll.remove_instrument(self._doom_watch)
                 self._doom_watch = None
@@ -750,6 +854,13 @@ class _StepWatch(Instrument):
 
     def __init__(self, sim: Sim) -> None:
         self.before_task_step = sim.watched_step  # type: ignore[method-assign]
+
+
+class _HoldWatch(Instrument):
+    """Installed while preemptions are left: sees every task trio makes runnable."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.task_scheduled = sim.task_scheduled  # type: ignore[method-assign]
 
 
 class _DoomWatch(Instrument):

@@ -4,6 +4,14 @@ The processor has structlog's shape, ``(logger, method, event_dict) ->
 event_dict``, and stamps each event with the run's step and *virtual* time
 (never the wall clock, unlike ``structlog.processors.TimeStamper``), then drops
 it: rendering is left to ``dst show``, off the hot path of passing runs.
+
+stdlib ``logging`` is deliberately *not* routed into the trace.  Which of its
+records exist depends on the process's logging configuration (levels, filters,
+handlers installed by the application or the test runner), not on the scenario,
+its config and the seed, so recording them would make the trace depend on the
+environment.  They still work inside a run: the guard (``dst/sim/guard.py``) has
+``logging`` read the run's virtual clock, so ``LogRecord.created`` is virtual
+seconds and no record reads the wall clock or trips a trap.
 """
 
 from __future__ import annotations

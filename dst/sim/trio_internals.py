@@ -1,19 +1,43 @@
 """The one place dst touches trio's private scheduler state.
 
-Two things live here.  *Ordering*: trio shuffles each batch of runnable
-tasks.  It does so deterministically only when
-``trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING`` is true (the batch is then
-sorted by task creation order before the shuffle) and its module-level
-generator ``_r`` is seeded.  Both are private, so they are wrapped here, the
-supported trio versions are pinned in ``pyproject.toml``, and
-``tests/test_trio_determinism.py`` fails loudly if a trio release moves them.
+Three things live here.
+
+*Ordering.* trio shuffles each batch of tasks that became runnable in the same
+loop pass.  Under ``trio._core._run._ALLOW_DETERMINISTIC_SCHEDULING`` it first
+sorts the batch by task creation order, then shuffles it with its module-level
+generator ``_r``.  dst sets the flag and swaps ``_r`` for a generator whose
+shuffle leaves the sorted batch alone, so the order in which simultaneously
+runnable tasks run is a pure function of the program (newest task first), not
+of a seeded generator: a replay does not depend on reseeding anything, and one
+added ``trio.sleep(0)`` cannot shift the order of every later batch.  Where
+that order matters, dst makes it a recorded decision instead (preemption at
+checkpoints: :func:`hold` and :func:`release`).
+
+*Holding.* With preemption on, a task of the system under test that trio
+reschedules while another task steps (a checkpoint, a wake-up, a new task) is
+taken back out of trio's run queue (``Runner.runq``) and held by the scheduler,
+which offers it as an option and puts it back when the strategy picks it.
+
+*Interruption.* A crash must stop every task of the dead incarnation, including
+one inside a shielded cancel scope or in another process's nursery, where a
+cancellation cannot reach; and a stopped run must unwind a task spinning in a
+shielded loop.  trio delivers a cancellation by calling the blocked task's
+abort function (``Task._abort_func``) through ``Task._attempt_abort`` with a
+function that raises; :func:`interrupt` does exactly that with dst's own
+exception.  A task that is about to run (not blocked) gets the exception as
+the value of its next step instead (:func:`throw_on_next_step`, which replaces
+``Task._next_send``).
+
+All of these are private, so the supported trio versions are pinned in
+``pyproject.toml`` and ``tests/test_trio_internals.py`` fails loudly if a trio
+release moves them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableSequence
 from typing import Any, NoReturn
 
 import outcome
@@ -25,7 +49,7 @@ from ..errors import InternalError
 SUPPORTED_TRIO = ((0, 30), (0, 36))
 
 
-def _run_module() -> object:
+def _run_module() -> Any:
     module = getattr(getattr(trio, "_core", None), "_run", None)
     if module is None or not isinstance(getattr(module, "_r", None), random.Random):
         raise InternalError(
@@ -35,22 +59,42 @@ def _run_module() -> object:
     return module
 
 
+class _Unshuffled(random.Random):
+    """Stands in for trio's batch generator: the batch keeps its sorted order."""
+
+    def shuffle(self, x: MutableSequence[Any]) -> None:
+        return None
+
+
 @contextlib.contextmanager
 def deterministic_trio() -> Iterator[None]:
-    """Make trio's batch ordering a function of ``_r`` for the duration."""
+    """Make trio's batch order a function of task creation order for the duration."""
     module = _run_module()
-    previous = module._ALLOW_DETERMINISTIC_SCHEDULING  # type: ignore[attr-defined]
-    module._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[attr-defined]
+    previous = module._ALLOW_DETERMINISTIC_SCHEDULING, module._r
+    module._ALLOW_DETERMINISTIC_SCHEDULING = True
+    module._r = _Unshuffled(0)
     try:
         yield
     finally:
-        module._ALLOW_DETERMINISTIC_SCHEDULING = previous  # type: ignore[attr-defined]
+        module._ALLOW_DETERMINISTIC_SCHEDULING, module._r = previous
 
 
-def reseed_trio(seed: int | str) -> None:
-    """Seed trio's scheduler generator; call inside the run, before each seed starts."""
-    module = _run_module()
-    module._r.seed(seed)  # type: ignore[attr-defined]
+def _runq() -> Any:
+    return _run_module().GLOBAL_RUN_CONTEXT.runner.runq
+
+
+def hold(task: trio.lowlevel.Task) -> bool:
+    """Take ``task``, just rescheduled, back out of trio's run queue (True if it was there)."""
+    runq = _runq()
+    if runq and runq[-1] is task:
+        runq.pop()
+        return True
+    return False
+
+
+def release(task: trio.lowlevel.Task) -> None:
+    """Put a held task back in trio's run queue, with the outcome it was rescheduled with."""
+    _runq().append(task)
 
 
 def is_blocked(task: trio.lowlevel.Task) -> bool:
