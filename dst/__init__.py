@@ -15,4 +15,5 @@ from .errors import DstError as DstError
 from .errors import NondeterminismError as NondeterminismError
 from .scenario import Scenario as Scenario
 from .sim.faults import FaultPlan as FaultPlan
+from .sim.faults import ServiceFaults as ServiceFaults
 from .sim.kernel import Sim as Sim

@@ -11,6 +11,7 @@ invariants (checked after every step) and end-of-run properties.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,29 @@ class Switch:
         if isinstance(self.default, bool):
             return (False, True)
         return None
+
+    @property
+    def kind(self) -> str:
+        """The type of value the switch takes, as a user would name it."""
+        return _KIND_NAMES.get(type(self.default), f"a {type(self.default).__name__}")
+
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` (typed, e.g. from a trace header) is a value of this switch.
+
+        The type must be exactly the default's: ``True`` is not an integer and
+        ``2.0`` is not one either, although Python compares them equal to ``1`` and
+        ``2``; an integer is not a number for a float switch, because ``-c`` and
+        the trace writer always give a float there.  A switch whose default is of
+        another type also takes a string, which is what ``-c`` gives it.
+        """
+        expected = type(self.default)
+        if expected in _KIND_NAMES:
+            ok = type(value) is expected
+        else:
+            ok = type(value) is expected or type(value) is str
+        if ok and isinstance(value, float) and not math.isfinite(value):
+            return False
+        return ok and (self.choices is None or value in self.choices)
 
     def describe_allowed(self) -> str:
         allowed = self.allowed
@@ -68,9 +92,11 @@ class Switch:
             try:
                 value = float(text)
             except ValueError:
+                value = math.nan
+            if not math.isfinite(value):  # a trace cannot hold NaN or infinity
                 raise UsageError(
-                    f"switch {self.name} of {scenario} takes a number, not {text!r}"
-                ) from None
+                    f"switch {self.name} of {scenario} takes a finite number, not {text!r}"
+                )
         else:
             value = text
         if self.choices is not None and value not in self.choices:
@@ -83,6 +109,21 @@ class Switch:
 
 def _show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+#: Switch types checked exactly, and how a message names each.
+_KIND_NAMES: dict[type, str] = {
+    bool: "true or false", int: "an integer", float: "a number", str: "a string",
+}
+
+
+def _found(value: Any) -> str:
+    """``value`` and its JSON type, for a message: ``2.0 (a number)``, ``true (a boolean)``."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    kinds = {int: "an integer", float: "a number", str: "a string", type(None): "null",
+             list: "a list", dict: "an object"}
+    return f"{value!r} ({kinds.get(type(value), type(value).__name__)})"
 
 
 @dataclass(frozen=True)
@@ -107,6 +148,7 @@ class Scenario:
     planted_bugs: list[PlantedBug] = field(default_factory=list)
     invariants: dict[str, Check] = field(default_factory=dict)
     end_checks: dict[str, Check] = field(default_factory=dict)
+    eventual_checks: dict[str, tuple[Check, float]] = field(default_factory=dict)
     _setup: Callable[[Sim, dict[str, Any]], Any] | None = None
 
     # -- declaring -----------------------------------------------------------
@@ -147,11 +189,23 @@ class Scenario:
 
         return register
 
+    def eventually(self, name: str, *, within: float) -> Callable[[Check], Check]:
+        """Decorator: ``fn(world)`` must hold within ``within`` virtual seconds after the
+        faults stop, whether or not the system ever comes to rest (see ``Sim.eventually``)."""
+        if within <= 0:
+            raise ValueError(f"eventually({name!r}) needs within > 0 seconds, not {within!r}")
+
+        def register(fn: Check) -> Check:
+            self.eventual_checks[name] = (fn, float(within))
+            return fn
+
+        return register
+
     # -- using ------------------------------------------------------------------
 
     @property
     def all_checks(self) -> list[str]:
-        return [*self.invariants, *self.end_checks]
+        return [*self.invariants, *self.end_checks, *self.eventual_checks]
 
     def default_config(self) -> dict[str, Any]:
         return {name: s.default for name, s in self.switches.items()}
@@ -173,17 +227,25 @@ class Scenario:
         return config
 
     def checked_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate an already typed config (from a trace header)."""
+        """Validate an already typed config (from a trace header); missing switches default.
+
+        Each value is checked against its switch's type exactly (see
+        :meth:`Switch.accepts`), so that a replay runs the scenario with the
+        values ``dst run`` would have given it, or not at all: ``"workers": 2.0``
+        passes ``== 2`` but makes ``range(workers)`` fail deep inside the setup.
+        """
         full = self.default_config()
         for key, value in config.items():
             switch = self.switches.get(key)
             if switch is None:
                 raise UsageError(f"{self.name} has no switch {key!r} (the trace names it)")
-            allowed = switch.allowed
-            if allowed is not None and value not in allowed:
+            if not switch.accepts(value):
+                allowed = switch.allowed
+                what = switch.kind if allowed is None or isinstance(switch.default, bool) \
+                    else f"{switch.kind}, one of {switch.describe_allowed()}"
                 raise UsageError(
-                    f"switch {key} of {self.name} takes {switch.describe_allowed()}, "
-                    f"not {value!r} (the trace names it)"
+                    f"switch {key} of {self.name} takes {what}, not {_found(value)}; "
+                    "the trace names it: replay a trace dst wrote for this scenario"
                 )
             full[key] = value
         return full
@@ -200,6 +262,8 @@ class Scenario:
             sim.invariant(name, _bind(fn, world))
         for name, fn in self.end_checks.items():
             sim.at_end(name, _bind(fn, world))
+        for name, (fn, within) in self.eventual_checks.items():
+            sim.eventually(name, _bind(fn, world), within)
         return world
 
 

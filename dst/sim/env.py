@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..env import Json, Message
+from ..env import Json, Message, ServiceUnavailable
 
 if TYPE_CHECKING:
     from .kernel import Sim
@@ -88,9 +88,25 @@ class SimServices:
                 f"no service {service!r} in this scenario (registered: {known}); "
                 "register it with sim.service(name, handler)"
             )
-        await sim.enter(self._proc, f"call:{service}.{op}")
+        fault = await sim.call_service(self._proc, service, op)
         frozen = json.loads(json.dumps(request))
+        if fault == "fail":
+            sim.fault("service", service, f"{op} failed before its effect")
+            raise ServiceUnavailable(f"{service}.{op}: no reply (the service is unavailable)")
         reply = handler(op, frozen)
         if inspect.isawaitable(reply):
             reply = await reply
+        if fault is not None:
+            if fault == "lose_reply":
+                sim.fault("service", service, f"{op} took effect; its reply was lost")
+                raise ServiceUnavailable(f"{service}.{op}: no reply (the reply was lost)")
+            if fault == "repeat":
+                sim.fault("service", service, f"{op} executed twice")
+                reply = handler(op, json.loads(json.dumps(request)))
+                if inspect.isawaitable(reply):
+                    reply = await reply
+            elif fault == "delay":
+                seconds = sim.faults.services[service].delay_seconds
+                sim.fault("service", service, f"{op} took effect; its reply is {seconds:g}s late")
+                await trio.sleep(seconds)
         return json.loads(json.dumps(reply))  # type: ignore[no-any-return]

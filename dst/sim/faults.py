@@ -9,7 +9,34 @@ never crashes twice.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: What can go wrong with one call to an outside service, each a recorded choice:
+#: ``fail``: it fails before the effect (the caller gets ``ServiceUnavailable``);
+#: ``lose_reply``: the effect happens and the reply is lost (``ServiceUnavailable``);
+#: ``delay``: the effect happens and the reply comes ``delay`` virtual seconds late
+#: (so a caller's timeout can win the race); ``repeat``: the request is executed
+#: twice (a transport retry reaching a service that does not deduplicate).
+SERVICE_FAULTS = ("fail", "lose_reply", "delay", "repeat")
+
+
+@dataclass(frozen=True)
+class ServiceFaults:
+    """Budgets per run for one service's faults (see ``SERVICE_FAULTS``)."""
+
+    fail: int = 0
+    lose_reply: int = 0
+    delay: int = 0
+    repeat: int = 0
+    #: Virtual seconds a delayed reply takes.
+    delay_seconds: float = 30.0
+    #: Weight of each fault against 1.0 for the call going through as asked.
+    weight: float = 0.2
+
+    def budget(self, kind: str) -> int:
+        return int(getattr(self, kind))
 
 
 @dataclass(frozen=True)
@@ -41,9 +68,60 @@ class FaultPlan:
     #: Weight of each preempting option, relative to its usual weight, against
     #: 1.0 for letting the task that yielded go on.
     preempt_weight: float = 0.2
+    #: Faults per outside service (see ServiceFaults), by service name.
+    services: Mapping[str, ServiceFaults] = field(default_factory=dict, hash=False)
+    #: Crash budgets per process (each also counts against ``max_crashes``);
+    #: a process not named here may crash while ``max_crashes`` lasts, unless
+    #: ``crash_only`` names the processes that may.
+    process_crashes: Mapping[str, int] = field(default_factory=dict, hash=False)
+    crash_only: tuple[str, ...] = ()
+    #: Crash a process only while one of its tasks is parked at one of these
+    #: operations (``get``, ``put``, ``cas``, ``delete``, ``scan``, ``send``,
+    #: ``call``): "crash just before a store write".  Empty: at any step.
+    crash_at: tuple[str, ...] = ()
+    #: Drop and duplicate budgets per link ``"source->dest"`` (each also counts
+    #: against ``max_drops``/``max_dups``); with ``links_only`` only the links
+    #: named may lose or duplicate messages.
+    link_drops: Mapping[str, int] = field(default_factory=dict, hash=False)
+    link_dups: Mapping[str, int] = field(default_factory=dict, hash=False)
+    links_only: bool = False
+    #: Network partitions per run: one process is cut off from every other
+    #: process for ``partition_seconds`` of virtual time, then the cut heals.
+    #: Messages across the cut are lost.  ``partition_of`` limits which
+    #: processes may be cut off (empty: any).
+    max_partitions: int = 0
+    partition_seconds: float = 60.0
+    partition_weight: float = 0.05
+    partition_of: tuple[str, ...] = ()
+    #: Virtual time after which no new fault is injected (None: while budgets
+    #: last).  ``eventually`` properties are timed from when faults stop.
+    faults_until: float | None = None
 
-    def as_dict(self) -> dict[str, float | int]:
-        return asdict(self)
+    def __post_init__(self) -> None:
+        for name, sf in self.services.items():
+            if not isinstance(sf, ServiceFaults):
+                raise TypeError(
+                    f"FaultPlan(services=...) maps a service name to ServiceFaults(...), "
+                    f"not {sf!r} (for {name!r})"
+                )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as the trace header records it (defaults of new fields omitted,
+        so that the headers of plans that do not use them stay as they were)."""
+        out = asdict(self)
+        for name in _OMITTED_WHEN_DEFAULT:
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
+        out.update({k: dict(v) for k, v in out.items() if isinstance(v, Mapping)})
+        out.update({k: list(v) for k, v in out.items() if isinstance(v, tuple)})
+        return out
+
+    @property
+    def has_faults(self) -> bool:
+        return bool(self.max_crashes or self.max_drops or self.max_dups
+                    or self.max_partitions or any(
+                        sf.fail or sf.lose_reply or sf.delay or sf.repeat
+                        for sf in self.services.values()))
 
     def describe(self) -> str:
         parts = []
@@ -53,9 +131,23 @@ class FaultPlan:
             parts.append(f"drops<={self.max_drops}")
         if self.max_dups:
             parts.append(f"dups<={self.max_dups}")
+        if self.max_partitions:
+            parts.append(f"partitions<={self.max_partitions}")
+        for name, sf in sorted(self.services.items()):
+            kinds = [f"{k}<={sf.budget(k)}" for k in SERVICE_FAULTS if sf.budget(k)]
+            if kinds:
+                parts.append(f"{name}: " + " ".join(kinds))
         if self.preemptions:
             parts.append(f"preemptions<={self.preemptions}")
         return ", ".join(parts) or "no faults"
 
 
 NO_FAULTS = FaultPlan()
+
+
+_OMITTED_WHEN_DEFAULT = (
+    "services", "process_crashes", "crash_only", "crash_at", "link_drops", "link_dups",
+    "links_only", "max_partitions", "partition_seconds", "partition_weight", "partition_of",
+    "faults_until",
+)
+_DEFAULTS = asdict(NO_FAULTS)

@@ -43,7 +43,7 @@ from ..errors import DivergenceError, ProcessCrashed
 from . import trio_internals
 from .blocked import describe_wait, in_lock_cycle, user_frames
 from .clock import VirtualClock
-from .faults import NO_FAULTS, FaultPlan
+from .faults import NO_FAULTS, SERVICE_FAULTS, FaultPlan
 from .net import Network
 from .process import _CURRENT as _INCARNATION_VAR
 from .process import CRASHED, RUNNING, Incarnation, Process
@@ -71,7 +71,7 @@ Invariant = Callable[[], object]
 _INF = math.inf
 
 # Option kinds (ints: compared on the hot path).
-_TASK, _TIMER, _DELIVER, _DROP, _DUP, _CRASH, _RESTART, _HELD = range(8)
+_TASK, _TIMER, _DELIVER, _DROP, _DUP, _CRASH, _RESTART, _HELD, _CALL_FAULT, _PARTITION = range(10)
 
 class RunStopped(BaseException):
     """Unwinds a task when the run stops: thrown into tasks that a cancellation cannot
@@ -153,6 +153,35 @@ class Sim:
         #: True while the kernel itself wakes tasks (performing a decision):
         #: those wake-ups are the decision, not new choice points.
         self._releasing = False
+        #: Targeted faults (see FaultPlan): budgets left per process, per link,
+        #: per service and fault kind; which services suffer which faults; the
+        #: service a parked task is calling and the fault chosen for its call.
+        self._process_crashes = dict(faults.process_crashes)
+        self._link_drops = dict(faults.link_drops)
+        self._link_dups = dict(faults.link_dups)
+        self.partitions_left = faults.max_partitions
+        #: The process cut off from the others now, if any.
+        self.cut_off: str | None = None
+        self._service_faults: dict[str, dict[str, int]] = {
+            name: {k: sf.budget(k) for k in SERVICE_FAULTS if sf.budget(k) > 0}
+            for name, sf in faults.services.items()
+        }
+        self._suffers: dict[str, tuple[str, ...]] = {}
+        self._calling: dict[ll.Task, str] = {}
+        self._call_fault: dict[ll.Task, str] = {}
+        #: Faults other than crashes and message faults may still be offered.
+        self._more_faults = bool(self.partitions_left or any(self._service_faults.values()))
+        #: ``eventually`` properties: (name, check, within), those not yet seen to
+        #: hold since the faults stopped, and when they stopped (None: not yet).
+        self._eventually: list[tuple[str, Invariant, float]] = []
+        self._pending: list[tuple[str, Invariant, float]] = []
+        self.calm_at: float | None = None
+        self._calm_timer_set = False
+        #: Deadlines of the kernel's own watches (faults stop, a liveness
+        #: deadline): offered only when nothing else can happen, so that they
+        #: never cut the system's work short the way a premature timeout would.
+        self._passive: set[float] = set()
+        self._deadline_task: trio.CancelScope | None = None
         #: Tasks of dead incarnations still alive: each is interrupted with
         #: ProcessCrashed whenever it blocks (see ``_bury``).
         self._doomed: set[ll.Task] = set()
@@ -194,9 +223,31 @@ class Sim:
             proc.start(self._nursery)
         return proc
 
-    def service(self, name: str, handler: Callable[[str, Any], Any]) -> None:
-        """Register a fake outside service: ``handler(op, request) -> reply``."""
+    def service(
+        self, name: str, handler: Callable[[str, Any], Any], *,
+        suffers: Sequence[str] = SERVICE_FAULTS,
+    ) -> None:
+        """Register a fake outside service: ``handler(op, request) -> reply``.
+
+        ``suffers`` names the faults (of ``SERVICE_FAULTS``) this service can have
+        in the world it stands for; the fault plan's budgets (``FaultPlan(
+        services={name: ServiceFaults(...)})``) decide how many a run injects.
+        """
+        unknown = [k for k in suffers if k not in SERVICE_FAULTS]
+        if unknown:
+            raise ValueError(
+                f"service {name!r} cannot suffer {', '.join(unknown)}; "
+                f"the service faults are {', '.join(SERVICE_FAULTS)}"
+            )
         self.services[name] = handler
+        self._suffers[name] = tuple(suffers)
+        budgets = self._service_faults.get(name)
+        if budgets:
+            for kind in list(budgets):
+                if kind not in suffers:
+                    del budgets[kind]
+            self._more_faults = bool(
+                self.partitions_left or any(self._service_faults.values()))
 
     def invariant(self, name: str, check: Invariant) -> None:
         """``check()`` runs after every step: ``True`` holds; ``False`` or a message breaks it."""
@@ -205,6 +256,22 @@ class Sim:
     def at_end(self, name: str, check: Invariant) -> None:
         """``check()`` runs once when the run reaches quiescence."""
         self._end_checks.append((name, check))
+
+    def eventually(self, name: str, check: Invariant, within: float) -> None:
+        """``check()`` must hold within ``within`` virtual seconds after the faults stop.
+
+        Faults stop when every fault budget is spent, or at the plan's
+        ``faults_until``, whichever comes first (at 0 for a plan without
+        faults).  From then on the property is checked after every step; it
+        is met the first time it holds.  If ``within`` seconds pass, or the
+        system comes to rest, before it has held, the run fails with the
+        property's message and how long it waited.  Once every such property
+        has held, the run ends there (``ended: held``): a system that never
+        rests does not have to run to its step bound.
+        """
+        if within <= 0:
+            raise ValueError(f"eventually({name!r}) needs within > 0 seconds, not {within!r}")
+        self._eventually.append((name, check, float(within)))
 
     def choose(self, label: str, options: Sequence[str]) -> str:
         """A data choice (what the fake LLM picks, whether a supplier fails...).
@@ -285,6 +352,16 @@ class Sim:
 
         return ll.wait_task_rescheduled(abort)
 
+    async def call_service(self, proc: Incarnation, service: str, op: str) -> str | None:
+        """Park at a service call; the fault the strategy chose for it, if any."""
+        task = ll.current_task()
+        self._calling[task] = service
+        try:
+            await self.enter(proc, f"call:{service}.{op}")
+        finally:
+            self._calling.pop(task, None)
+        return self._call_fault.pop(task, None) if self._call_fault else None
+
     async def refuse(self, proc: Incarnation, op: str) -> None:
         """A dead incarnation tried to touch the world: record it, then unwind."""
         live = proc.process.live
@@ -361,7 +438,7 @@ class Sim:
         now = clock.now
         if deadline <= now:
             return 0.0  # trio expires it in this very pass; nothing to choose
-        if self._invariants and self._check_invariants():
+        if (self._invariants or self._pending) and self._check_invariants():
             return 0.0
         if self._held:
             return self._schedule_held(deadline, clock)
@@ -374,6 +451,7 @@ class Sim:
             and not self.net.in_flight
             and self.crashes_left <= 0
             and not self.crashed
+            and not self._more_faults
         ):
             # The common case, kept lean: only parked tasks are enabled.
             if not parked:
@@ -422,30 +500,86 @@ class Sim:
         self.records.append(("decision", self.step, self.now, "schedule", tuple(labels), index))
         return index
 
+    def faults_allowed(self) -> bool:
+        """False once the plan's ``faults_until`` has passed: no new fault from then on."""
+        until = self.faults.faults_until
+        return until is None or self.now < until
+
     def _options(self, deadline: float) -> list[tuple[str, float, int, Any]]:
         options: list[tuple[str, float, int, Any]] = []
         parked = self._parked
+        faulty = self.faults_allowed()
         if parked:
-            if len(parked) == 1:
-                for task, label in parked.items():
-                    options.append((label, 1.0, _TASK, task))
-            else:
-                for task, label in sorted(parked.items(), key=_by_label):
-                    options.append((label, 1.0, _TASK, task))
+            items = list(parked.items()) if len(parked) == 1 else sorted(
+                parked.items(), key=_by_label)
+            calling = self._calling if (self._service_faults and faulty) else None
+            for task, label in items:
+                options.append((label, 1.0, _TASK, task))
+                if calling and task in calling:
+                    self._add_call_faults(options, task, label, calling[task])
         if self.net.in_flight:
-            self.net.add_options(options)
+            self.net.add_options(options, faulty)
+        timer_at = len(options)
         if not math.isinf(deadline):
             weight = self.faults.timer_weight if options else 1.0
             options.append((f"timer@{deadline:.3f}", weight, _TIMER, deadline))
         if self.crashes_left > 0 or self.crashed:
             for proc in self.processes.values():
-                if proc.state is RUNNING and proc.crashable and self.crashes_left > 0:
-                    options.append(
-                        (f"crash:{proc.name}", self.faults.crash_weight, _CRASH, proc)
-                    )
+                if proc.state is RUNNING:
+                    if faulty and self.crashes_left > 0 and self._may_crash(proc):
+                        options.append(
+                            (f"crash:{proc.name}", self.faults.crash_weight, _CRASH, proc)
+                        )
                 elif proc.state is CRASHED:
                     options.append((f"restart:{proc.name}", 1.0, _RESTART, proc))
+        if self.partitions_left > 0 and self.cut_off is None and faulty:
+            only = self.faults.partition_of
+            for proc in self.processes.values():
+                if proc.state is RUNNING and (not only or proc.name in only):
+                    options.append((f"partition:{proc.name}", self.faults.partition_weight,
+                                    _PARTITION, proc))
+        if deadline in self._passive and len(options) > 1:
+            del options[timer_at]  # a kernel watch: only when nothing else can happen
         return options
+
+    def _add_call_faults(self, options: list[tuple[str, float, int, Any]], task: ll.Task,
+                         label: str, service: str) -> None:
+        budgets = self._service_faults.get(service)
+        if not budgets:
+            return
+        weight = self.faults.services[service].weight
+        for kind in SERVICE_FAULTS:
+            if budgets.get(kind, 0) > 0:
+                options.append((f"{label}!{kind}", weight, _CALL_FAULT, (task, kind)))
+
+    def _may_crash(self, proc: Process) -> bool:
+        """Whether the plan lets ``proc`` crash now (crashable, budgets, crash points)."""
+        if not proc.crashable:
+            return False
+        plan = self.faults
+        if plan.crash_only and proc.name not in plan.crash_only:
+            return False
+        if proc.name in self._process_crashes and self._process_crashes[proc.name] <= 0:
+            return False
+        if plan.crash_at:
+            inc = proc.live
+            return any(_op_kind(label) in plan.crash_at
+                       for task, label in self._parked.items() if task in inc.tasks)
+        return True
+
+    def link_budget(self, source: str, dest: str, drops: bool) -> bool:
+        """Whether the plan lets a message on ``source->dest`` be dropped (or duplicated)."""
+        budgets = self._link_drops if drops else self._link_dups
+        link = f"{source}->{dest}"
+        if link in budgets:
+            return budgets[link] > 0
+        return not self.faults.links_only
+
+    def spend_link(self, source: str, dest: str, drops: bool) -> None:
+        budgets = self._link_drops if drops else self._link_dups
+        link = f"{source}->{dest}"
+        if link in budgets:
+            budgets[link] -= 1
 
     def _perform(self, option: tuple[str, float, int, Any], clock: VirtualClock) -> None:
         self._releasing = True
@@ -453,6 +587,99 @@ class Sim:
             self._perform_option(option, clock)
         finally:
             self._releasing = False
+        if self.calm_at is None and self._eventually:
+            self._note_calm()
+
+    # -- partitions -------------------------------------------------------------
+
+    def _partition(self, proc: Process) -> None:
+        """Cut ``proc`` off from every other process until the cut heals."""
+        heal_at = self.now + self.faults.partition_seconds
+        self.cut_off = proc.name
+        self.fault("partition", proc.name, f"until {heal_at:.3f}")
+        self.net.cut(proc.name)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._heal, heal_at, name="dst-heal")
+
+    async def _heal(self, heal_at: float) -> None:
+        await trio.sleep_until(heal_at)
+        if self.cut_off is not None:
+            self.fault("heal", self.cut_off)
+            self.cut_off = None
+
+    # -- eventually -------------------------------------------------------------
+
+    def _faults_left(self) -> bool:
+        if not self.faults_allowed():
+            return False
+        return bool(self.crashes_left > 0 or self.drops_left > 0 or self.dups_left > 0
+                    or self._more_faults)
+
+    def _note_calm(self) -> None:
+        """Faults have stopped: start the clock of every ``eventually`` property."""
+        if self._faults_left():
+            until = self.faults.faults_until
+            if until is None or self._nursery is None or self._calm_timer_set:
+                return
+            # Faults stop at ``until`` at the latest: wake then to start the clock.
+            self._calm_timer_set = True
+            self._nursery.start_soon(self._calm_later, until, name="dst-calm")
+            return
+        self.calm_at = self.now
+        self._pending = list(self._eventually)
+        longest = max(within for _, _, within in self._eventually)
+        assert self._nursery is not None
+        self._deadline_task = trio.CancelScope()
+        self._nursery.start_soon(self._liveness_deadline, self.calm_at + longest,
+                                 name="dst-deadline")
+
+    async def _calm_later(self, until: float) -> None:
+        self._passive.add(until)
+        await trio.sleep_until(until)
+        if self.calm_at is None:
+            self._note_calm()
+
+    async def _liveness_deadline(self, last: float) -> None:
+        """Wake at each pending property's deadline; one not met by then is violated."""
+        assert self._deadline_task is not None
+        with self._deadline_task:
+            await self._watch_deadlines()
+
+    async def _watch_deadlines(self) -> None:
+        while self._pending and not self._stopping:
+            calm = self.calm_at
+            assert calm is not None
+            due = min(calm + within for _, _, within in self._pending)
+            if due > self.now:
+                self._passive.add(due)
+                await trio.sleep_until(due)
+            if self._stopping:
+                return
+            if self._check_eventually():
+                return
+            for name, _, within in self._pending:
+                if calm + within <= self.now:
+                    self._violate(name, f"{name} did not hold within {within:g}s after the "
+                                        f"faults stopped (at {calm:.3f}; waited until "
+                                        f"{self.now:.3f})")
+                    return
+
+    def _check_eventually(self) -> bool:
+        """Drop the pending properties that hold now.
+
+        When none is left, a scenario without end-of-run checks ends the run
+        here (``held``): a system that never rests need not run to its step
+        bound.  Otherwise the run goes on to rest, where those checks run.
+        """
+        still = [(n, c, w) for n, c, w in self._pending if c() is not True]
+        self._pending = still
+        if not still:
+            if not self._end_checks:
+                self._stop("held")
+                return True
+            if self._deadline_task is not None:
+                self._deadline_task.cancel()
+        return False
 
     def _perform_option(self, option: tuple[str, float, int, Any], clock: VirtualClock) -> None:
         kind, target = option[2], option[3]
@@ -468,19 +695,41 @@ class Sim:
             self.net.deliver(target)
         elif kind == _DROP:
             self.drops_left -= 1
+            self.spend_link(target.source, target.dest, drops=True)
             self.net.drop(target)
         elif kind == _DUP:
             self.dups_left -= 1
+            self.spend_link(target.source, target.dest, drops=False)
             self.net.duplicate(target)
         elif kind == _CRASH:
             self.crashes_left -= 1
+            if target.name in self._process_crashes:
+                self._process_crashes[target.name] -= 1
             self._bury(target.crash())
+        elif kind == _CALL_FAULT:
+            task, fault = target
+            service = self._calling[task]
+            self._service_faults[service][fault] -= 1
+            self._more_faults = bool(
+                self.partitions_left or any(any(b.values()) for b in self._service_faults.values()))
+            self._call_fault[task] = fault
+            del self._parked[task]
+            ll.reschedule(task)
+        elif kind == _PARTITION:
+            self.partitions_left -= 1
+            self._more_faults = bool(
+                self.partitions_left or any(any(b.values()) for b in self._service_faults.values()))
+            self._partition(target)
         elif kind == _RESTART:
             assert self._nursery is not None
             target.restart(self._nursery)
 
     def _check_invariants(self) -> bool:
-        """Run every invariant; on the first violation record it, stop, return True."""
+        """Run every invariant; on the first violation record it, stop, return True.
+
+        Pending ``eventually`` properties are looked at here too: the run ends
+        (True) once every one of them has held.
+        """
         for name, check in self._invariants:
             result = check()
             if result is True:
@@ -488,6 +737,8 @@ class Sim:
             message = _violation_message(name, result)
             self._violate(name, message)
             return True
+        if self._pending:
+            return self._check_eventually()
         return False
 
     def _violate(self, name: str, message: str) -> None:
@@ -618,7 +869,7 @@ class Sim:
             return
         clock = self._clock
         assert clock is not None
-        if self._invariants and self._check_invariants():
+        if (self._invariants or self._pending) and self._check_invariants():
             return
         if self.step >= self.max_steps:
             self._stop("bound")
@@ -740,6 +991,18 @@ class Sim:
                 "nothing left can wake " + "; ".join(sorted(stuck)),
             )
             return
+        if self._eventually and self.calm_at is None:
+            # Nothing is left to happen, faults included: they have stopped.
+            self.calm_at = self.now
+            self._pending = list(self._eventually)
+        if self._pending and not self._check_eventually():
+            name, _, within = self._pending[0]
+            self._violate(name, f"{name} did not hold, and the system came to rest at "
+                                f"{self.now:.3f}, {self.now - (self.calm_at or 0.0):g}s after "
+                                f"the faults stopped (within {within:g}s)")
+            return
+        if self._stopping:
+            return
         self._stop("quiescent")
 
     def _blocked_tasks(self) -> list[tuple[ll.Task, Incarnation]]:
@@ -806,6 +1069,8 @@ class Sim:
                 # when the scheduler finds nothing left to choose.
                 nursery.start_soon(self._keep, name="dst-keeper")
                 setup(self)
+                if self._eventually:
+                    self._note_calm()
             if self.error is not None:
                 raise self.error
             if self.ended is None:
@@ -868,6 +1133,15 @@ class _DoomWatch(Instrument):
 
     def __init__(self, sim: Sim) -> None:
         self.after_task_step = sim.doomed_step  # type: ignore[method-assign]
+
+
+def _op_kind(label: str) -> str:
+    """``p/t@db.put(k)`` -> ``put``; ``p@send(q)`` -> ``send``; ``p@call:svc.op`` -> ``call``."""
+    op = label.partition("@")[2]
+    if op.startswith("call:"):
+        return "call"
+    head = op.partition("(")[0]
+    return head.rpartition(".")[2]
 
 
 def _abort_ok(_: object) -> ll.Abort:

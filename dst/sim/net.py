@@ -38,19 +38,32 @@ class Network:
         self._next += 1
         mid = f"m{self._next}"
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        cut = self.sim.cut_off
+        if cut is not None and (source == cut) != (dest == cut):
+            self.sim.fault("partitioned", mid, f"{source}->{dest}")
+            return mid
         self.in_flight[mid] = InFlight(mid, source, dest, text)
         return mid
 
-    def add_options(self, options: list[tuple[str, float, int, Any]]) -> None:
+    def add_options(self, options: list[tuple[str, float, int, Any]], faulty: bool = True) -> None:
         sim = self.sim
         faults = sim.faults
         for m in self.in_flight.values():
             route = f"{m.id}({m.source}->{m.dest})"
             options.append((f"deliver:{route}", 1.0, _DELIVER, m))
-            if sim.drops_left > 0:
+            if not faulty:
+                continue
+            if sim.drops_left > 0 and sim.link_budget(m.source, m.dest, drops=True):
                 options.append((f"drop:{route}", faults.drop_weight, _DROP, m))
-            if sim.dups_left > 0:
+            if sim.dups_left > 0 and sim.link_budget(m.source, m.dest, drops=False):
                 options.append((f"dup:{route}", faults.dup_weight, _DUP, m))
+
+    def cut(self, name: str) -> None:
+        """A partition cuts ``name`` off: every message in flight across the cut is lost."""
+        for m in list(self.in_flight.values()):
+            if (m.source == name) != (m.dest == name):
+                del self.in_flight[m.id]
+                self.sim.fault("partitioned", m.id, f"{m.source}->{m.dest}")
 
     def deliver(self, m: InFlight) -> None:
         del self.in_flight[m.id]
