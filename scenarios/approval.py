@@ -134,15 +134,15 @@ def _runtime_config(config: Mapping[str, Any]) -> ApprovalConfig:
     return made
 
 
-def build(sim: Sim, config: Mapping[str, Any], script: Sequence[Send], *,
-          failures: bool = False) -> World:
+def build(sim: Sim, config: Mapping[str, Any], script: Sequence[Send]) -> World:
     """The agent process over one durable store, the fakes, and one user's connections."""
     db = sim.store("agent-db")
     db.copy_from(_seeded(bool(config.get("history_first_final", False))))
-    backend = TicketBackend(sim, dedup=bool(config.get("backend_dedup", False)),
-                            failures=failures)
-    sim.service("tickets", backend.handle)
-    sim.service("llm", FakeLLM(sim, adversarial=config["llm"] == "adversarial").handle)
+    backend = TicketBackend(sim, dedup=bool(config.get("backend_dedup", False)))
+    sim.service("tickets", backend.handle)  # it can suffer every service fault
+    # A model endpoint fails or answers late; a lost or repeated reply is the same to us.
+    sim.service("llm", FakeLLM(sim, adversarial=config["llm"] == "adversarial").handle,
+                suffers=("fail", "delay"))
     probe = Probe(db)
     runtime_config = _runtime_config(config)
 

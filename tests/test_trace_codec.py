@@ -82,7 +82,7 @@ def test_the_header_names_the_run(results: list[RunResult]) -> None:
     assert header["scenario"] == "counter" and header["seed"] == 0
     assert header["config"] == {"cas": False, "workers": 2, "increments": 7}
     assert set(header) == {"type", "format", "version", "scenario", "config", "seed", "strategy",
-                           "faults", "max_steps", "dst_version", "python", "trio"}
+                           "faults", "max_steps", "dst_version", "python", "trio", "hash_seed"}
 
 
 def _rewrite(tmp_path: Path, trace: Trace, edit: Any) -> Path:

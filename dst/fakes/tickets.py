@@ -4,9 +4,10 @@ The runtime reaches it as the ``tickets`` service.  Each call that changes
 tickets is an *effect*, recorded with the approval, operation, targets and
 parameters it ran with, so invariants can compare what ran with what was
 approved.  Optionally it deduplicates by idempotency key (which bounds effects
-but not authority: the approval record can still say unspent), and optionally
-it fails, before or after the effect, as a seeded choice: a failure after the
-effect is the case where the caller gets no reply although the tickets exist.
+but not authority: the approval record can still say unspent).  Failures are the
+simulator's (``FaultPlan(services={"tickets": ServiceFaults(...)})``): a call may
+fail before its effect, or take effect and lose its reply, which is the case
+where the caller gets no reply although the tickets exist.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dst.env import Json, ServiceUnavailable
+from dst.env import Json
 from dst.sim.kernel import Sim
 
 WRITES = ("complete_tickets", "create_tickets", "delete_tickets")
@@ -35,8 +36,6 @@ class TicketBackend:
 
     sim: Sim | None = None
     dedup: bool = False
-    #: When true, each write makes a seeded choice: ok, fail before, fail after.
-    failures: bool = False
     effects: list[Effect] = field(default_factory=list)
     #: Effects per approval and per idempotency key, kept as effects happen:
     #: invariants read them after every step, so counting must not rescan.
@@ -59,18 +58,11 @@ class TicketBackend:
         key = str(request.get("key", ""))
         if self.dedup and key in self._replies:
             return self._replies[key]
-        how = "ok"
-        if self.failures and self.sim is not None:
-            how = self.sim.choose("tickets.outcome", ["ok", "fail-before", "fail-after"])
-        if how == "fail-before":
-            raise ServiceUnavailable("ticket backend unavailable")
         params = request.get("params")
         self._effect(Effect(str(request["approval"]), op, request.get("targets"), params, key))
         count = params.get("count", 1) if isinstance(params, dict) else 1
         reply: Json = {"count": count}
         self._replies[key] = reply
-        if how == "fail-after":
-            raise ServiceUnavailable("ticket backend: reply lost")
         return reply
 
     def _effect(self, effect: Effect) -> None:

@@ -10,6 +10,7 @@ from ..scenario import Scenario
 from ..sim.kernel import Sim
 from ..sim.run import run_sims
 from ..sim.strategy import RandomWalk, Replay, Strategy
+from ..trace.compare import replay_divergence
 from ..trace.model import Trace, make_header, record_to_dict
 
 
@@ -80,10 +81,17 @@ def run_one(
 
 
 def replay_trace(scenario: Scenario, trace: Trace) -> RunResult:
-    """Re-run ``trace`` forcing its recorded choices."""
+    """Re-run ``trace`` forcing its recorded choices; ``divergence`` says how it differs.
+
+    ``divergence`` is None when every record came out the same, and otherwise
+    names the first record that differs (``dst.trace.compare.replay_divergence``),
+    which can come before the step at which the forced choices stopped fitting.
+    """
     config = scenario.checked_config(trace.header["config"])
     decisions = trace.decisions
-    return run_one(
+    result = run_one(
         scenario, config, int(trace.header["seed"]),
         strategy=lambda _seed: Replay(decisions),
     )
+    result.divergence = replay_divergence(trace, result.trace(), result.divergence)
+    return result

@@ -13,12 +13,48 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import platform
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 FORMAT = "dst-trace"
 VERSION = 1
+
+#: Kinds of ``decision``: a scheduling choice, or a fake's ``Sim.choose``.
+DECISION_KINDS = frozenset({"schedule", "data"})
+
+#: Kinds of ``fault`` the kernel records.  The reader refuses any other, so a kernel
+#: that records a new kind adds it here (and to docs/trace-format.md) in the same change.
+FAULT_KINDS = frozenset({
+    "crash",    # a process crashed
+    "restart",  # a crashed process started again (detail: its incarnation)
+    "refused",  # a crashed process tried to touch the world
+    "stale",    # a call made by an earlier incarnation of a restarted process, refused
+    "drop",     # a message was dropped
+    "dup",      # a message was duplicated
+    "lost",     # a message was delivered to a process that is down
+    "partition",    # a process was cut off from the network (detail: until when)
+    "heal",         # the partition healed
+    "partitioned",  # a message sent across the partition was lost
+    "service",      # a service call failed, lost its reply, ran twice or replied late
+})
+
+#: Why a run ended (the footer's ``ended``).
+ENDINGS = frozenset({"quiescent", "violation", "bound", "diverged", "error", "held"})
+
+#: Deepest nesting of arrays and objects a trace line may hold, the line's own
+#: object included.  Real records nest four or five levels; the bound keeps a hostile
+#: line from exhausting the parser's stack, and the writer folds anything deeper
+#: (see :func:`record_to_dict`) so that every trace written can be read back.
+MAX_DEPTH = 64
+
+#: What the writer puts in place of a value nested deeper than :data:`MAX_DEPTH`.
+TOO_DEEP = f"<nested deeper than {MAX_DEPTH} levels>"
+
+#: Containers around an event's ``fields`` object: the record object.
+_FIELDS_DEPTH = 1
 
 
 def canonical(value: object) -> str:
@@ -28,7 +64,12 @@ def canonical(value: object) -> str:
 
 
 def record_to_dict(rec: tuple[Any, ...]) -> dict[str, Any]:
-    """A kernel record tuple as its v1 JSON object."""
+    """A kernel record tuple as its v1 JSON object.
+
+    A violation tuple may carry a sixth element, the user's frames of the uncaught
+    exception behind it (``"file:line in func"``, innermost last): written as the
+    optional ``frames`` field when there are any.
+    """
     kind = rec[0]
     if kind == "decision":
         return {"type": "decision", "step": rec[1], "t": rec[2], "kind": rec[3],
@@ -36,29 +77,52 @@ def record_to_dict(rec: tuple[Any, ...]) -> dict[str, Any]:
     if kind == "event":
         fields = json.loads(rec[5]) if isinstance(rec[5], str) else rec[5]
         return {"type": "event", "step": rec[1], "t": rec[2], "actor": rec[3],
-                "event": rec[4], "fields": _json_safe(fields)}
+                "event": rec[4], "fields": _json_safe(fields, _FIELDS_DEPTH)}
     if kind == "fault":
         return {"type": "fault", "step": rec[1], "t": rec[2], "fault": rec[3],
                 "target": rec[4], "detail": rec[5]}
     if kind == "violation":
-        return {"type": "violation", "step": rec[1], "t": rec[2], "invariant": rec[3],
-                "message": rec[4]}
+        out: dict[str, Any] = {"type": "violation", "step": rec[1], "t": rec[2],
+                               "invariant": rec[3], "message": rec[4]}
+        if len(rec) > 5 and rec[5]:
+            out["frames"] = [str(frame) for frame in rec[5]]
+        return out
     if kind == "check":
         return {"type": "check", "step": rec[1], "t": rec[2], "property": rec[3],
                 "ok": rec[4], "message": rec[5]}
     raise ValueError(f"unknown record kind {kind!r}")
 
 
-def _json_safe(value: Any) -> Any:
-    """``value`` with NaN and infinities as strings: code under test may log them,
-    canonical JSON cannot hold them, and a failing run must still get its trace."""
+def _json_safe(value: Any, depth: int = 0) -> Any:
+    """``value`` with NaN and infinities as strings, and containers nested deeper than
+    :data:`MAX_DEPTH` (counting the ``depth`` levels around it) as :data:`TOO_DEEP`:
+    code under test may log either, the reader refuses both, and a failing run must
+    still get a trace that reads back."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
+    if isinstance(value, (dict, list)):
+        if depth >= MAX_DEPTH:
+            return TOO_DEEP
+        if isinstance(value, dict):
+            return {k: _json_safe(v, depth + 1) for k, v in value.items()}
+        return [_json_safe(v, depth + 1) for v in value]
     return value
+
+
+def current_hash_seed() -> int | None:
+    """The hash seed this interpreter runs under when it is fixed, None when it is random.
+
+    Iterating a set of strings follows their hashes, so code under test that does
+    it makes a trace that holds only under the same hash seed.  The seed is fixed
+    at interpreter start from ``PYTHONHASHSEED``: 0 turns randomisation off, and
+    ``-E``/``-I`` ignore the variable altogether.
+    """
+    if not sys.flags.hash_randomization:
+        return 0
+    text = os.environ.get("PYTHONHASHSEED", "")
+    if sys.flags.ignore_environment or not text.isdigit():
+        return None
+    return int(text)
 
 
 def make_header(
@@ -74,6 +138,7 @@ def make_header(
         "config": config, "seed": seed, "strategy": strategy, "faults": faults,
         "max_steps": max_steps, "dst_version": __version__,
         "python": platform.python_version(), "trio": trio.__version__,
+        "hash_seed": current_hash_seed(),
     }
 
 

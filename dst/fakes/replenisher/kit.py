@@ -95,7 +95,8 @@ def build(sim: Sim, options: Options, world_cfg: WorldConfig, *, durable: bool =
     sim.service("manager", world.manager)
     sim.service("erp", world.erp)
     sim.service("warehouse", world.warehouse)
-    sim.service("decider", make_decider(sim, world_cfg.decider))
+    # The model endpoint fails or answers late; a lost or repeated reply is the same to us.
+    sim.service("decider", make_decider(sim, world_cfg.decider), suffers=("fail", "delay"))
 
     async def agent(env: Env) -> None:
         world.boots += 1
@@ -255,13 +256,14 @@ def fault_switches(scenario: Any, crashes: int = 1, drops: int = 1, dups: int = 
     scenario.switch("dups", dups, choices=[0, 1, 2], doc="message duplicate budget per run")
 
 
-def fault_plan(crash_weight: float = 0.1) -> Any:
+def fault_plan(crash_weight: float = 0.1, services: Mapping[str, Any] | None = None) -> Any:
+    """The replenish scenarios' plan: budgets from the switches, ``services`` as given."""
     from dst import FaultPlan
 
     def plan(c: Mapping[str, Any]) -> FaultPlan:
         return FaultPlan(max_crashes=c["crashes"], crash_weight=crash_weight,
                          max_drops=c["drops"], max_dups=c["dups"],
-                         timer_weight=BUSY_TIMER_WEIGHT)
+                         timer_weight=BUSY_TIMER_WEIGHT, services=dict(services or {}))
 
     return plan
 
