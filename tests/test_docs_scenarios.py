@@ -1,0 +1,36 @@
+"""The complete example of docs/scenarios.md is pasted, run, and does what the page says."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from dst.cli import main
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "scenarios.md"
+
+
+def example() -> str:
+    section = PAGE.read_text(encoding="utf-8").split("## A complete example", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1, "the example section must hold exactly one python block"
+    return blocks[0]
+
+
+def test_the_documented_example_finds_its_bug_only_through_a_lost_reply(tmp_path: Path) -> None:
+    source = tmp_path / "refund.py"
+    source.write_text(example(), encoding="utf-8")
+    runner = CliRunner()
+    buggy = runner.invoke(main, ["run", str(source), "-c", "ask_first=false", "--seeds", "500",
+                                 "--out", str(tmp_path / "t"), "--json"])
+    assert buggy.exit_code == 1, buggy.output
+    failures = json.loads(buggy.stdout)["failures"]
+    assert 25 <= len(failures) <= 200  # "about one seed in seven"
+    shown = runner.invoke(main, ["show", failures[0]["trace"]])
+    assert "its reply" in shown.output  # lost, or late past the timeout
+    fixed = runner.invoke(main, ["run", str(source), "--seeds", "2000",
+                                 "--out", str(tmp_path / "t"), "--json"])
+    assert fixed.exit_code == 0, fixed.output
