@@ -430,9 +430,8 @@ class Sim:
     def _schedule(self, deadline: float) -> float:
         clock = self._clock
         assert clock is not None
-        if self._watch is not None:
-            self._unwatch()
-        self._busy = 0
+        # The busy count is reset by decisions only: a held task released because
+        # nothing else could go (no decision) is still the system keeping busy.
         if self._stopping:
             return 0.0
         now = clock.now

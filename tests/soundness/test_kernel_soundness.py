@@ -95,6 +95,27 @@ def test_tasks_that_spin_for_ever_are_a_livelock_naming_them(tmp_path: Path) -> 
     assert "p/left" in done.stdout and "p/right" in done.stdout
 
 
+def test_a_task_spinning_alone_is_a_livelock_while_preemptions_are_left(tmp_path: Path) -> None:
+    """Held and released at every checkpoint with nothing else to run: still a livelock."""
+    done = _dst_run(tmp_path, """
+        import trio
+        from dst import FaultPlan, Scenario
+
+        scenario = Scenario("alone", doc="one task polls for ever",
+                            faults=FaultPlan(preemptions=5))
+
+        async def main(env):
+            while True:
+                await trio.sleep(0)
+
+        @scenario.setup
+        def setup(sim, config):
+            sim.process("p", main)
+    """, "--seeds", "2")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Livelock violated" in done.stdout
+
+
 def test_stopping_with_a_call_parked_in_a_shield_ends_the_run(tmp_path: Path) -> None:
     """A violation while another task waits in a shielded Env call: the run still ends."""
     done = _dst_run(tmp_path, """
