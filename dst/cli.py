@@ -2,16 +2,27 @@
 
 Exit status: 0 nothing violated; 1 an invariant was violated (for ``replay``:
 the recorded violation reproduced exactly); 2 bad input or usage; 3 a replay
-diverged.  ``--json`` prints one JSON document on stdout for machines; humans
-get a progress line on a terminal and a short summary.
+diverged (or ``run --check-determinism`` found a seed that did not repeat
+itself); 4 the scenario itself is broken (its file does not import, its setup or
+a check raised, or a seed hung its worker); 130 interrupted by Ctrl-C.
+``--json`` prints one JSON document on stdout for machines; humans get a
+progress line on a terminal and a short summary.
+
+Every simulation runs under one hash seed (``HASH_SEED``), whatever the
+caller's ``PYTHONHASHSEED``: iterating a set of strings follows their hashes, so
+a seed names one trace only under one hash seed.  The command re-executes itself
+under it before doing anything else (``dst replay`` under the seed its trace
+records), and its worker processes inherit it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sqlite3
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -21,18 +32,26 @@ from typing import Any, ClassVar, NoReturn
 import click
 
 from . import __version__
-from .errors import DstError, UsageError
+from .errors import DstError, ScenarioError, UsageError
 from .registry import all_scenarios, is_shipped, load
-from .runner.bulk import BulkSummary, SeedOutcome, run_bulk
+from .runner.bulk import SEED_TIMEOUT, BulkSummary, SeedOutcome, run_bulk
 from .runner.results import DB_NAME, Recorder, missing, run_key
 from .runner.single import replay_trace
 from .scenario import Scenario
 from .trace.codec import read_trace
-from .trace.compare import first_divergence
-from .trace.model import Trace
+from .trace.escape import visible
+from .trace.model import Trace, current_hash_seed
 from .trace.render import format_time, render_markdown, render_text, story
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
+EXIT_BROKEN = ScenarioError.exit_code  # 4: the scenario itself is broken
+EXIT_INTERRUPTED = 130
+
+#: The hash seed every simulation of the ``dst`` command runs under.
+HASH_SEED = 0
+#: Set in the environment of a re-executed ``dst`` (to the program name the user
+#: typed): it never re-executes a second time, and ``--help`` names the same program.
+_REEXEC = "DST_REEXECUTED_AS"
 
 #: Failing seeds whose full story `dst run` prints; the rest are listed by seed.
 STORIES_SHOWN = 1
@@ -58,6 +77,13 @@ class _Dst(click.Group):
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              **extra: Any) -> Any:
+        if args is None:
+            # Started as a program (not called with arguments from Python): pin
+            # the hash seed before anything else runs.
+            args = sys.argv[1:]
+            typed = os.environ.get(_REEXEC) or _program_name()
+            _pin_hash_seed(list(args), _wanted_hash_seed(self, list(args)), typed)
+            prog_name = prog_name or typed
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
         try:
@@ -71,8 +97,69 @@ class _Dst(click.Group):
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("error: interrupted", err=True)
-            sys.exit(130)
+            sys.exit(EXIT_INTERRUPTED)
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+def _program_name() -> str:
+    """What the user typed to start dst: ``dst`` or ``python -m dst``."""
+    first = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "dst"
+    return "python -m dst" if first == "__main__.py" else first
+
+
+def _wanted_hash_seed(group: click.Group, argv: list[str]) -> int:
+    """``HASH_SEED``, but for ``dst replay TRACE`` the hash seed TRACE was recorded under.
+
+    The arguments are parsed leniently here (a bad command line is reported by
+    the real parse, after the re-execution): any doubt means ``HASH_SEED``.
+    """
+    words = [a for a in argv if not a.startswith("-")]
+    command = group.commands.get("replay")
+    if not words or words[0] != "replay" or command is None:
+        return HASH_SEED
+    try:
+        ctx = command.make_context("replay", argv[argv.index("replay") + 1:],
+                                   resilient_parsing=True)
+        first = next(p.name for p in command.params if isinstance(p, click.Argument))
+        path = ctx.params.get(first or "")
+        if not isinstance(path, str):
+            return HASH_SEED
+        with open(path, "rb") as fh:
+            header = json.loads(fh.readline(1 << 20))
+        seed = header.get("hash_seed") if isinstance(header, dict) else None
+    except Exception:
+        return HASH_SEED
+    if isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32:
+        return seed
+    return HASH_SEED
+
+
+def _pin_hash_seed(argv: list[str], wanted: int, typed: str) -> None:
+    """Re-execute this command under ``PYTHONHASHSEED=wanted`` unless it already runs so.
+
+    ``os.execv`` keeps the process id, the open standard streams, the working
+    directory and so the exit status the caller sees.  A re-executed dst that
+    still does not run under ``wanted`` (python told to ignore the environment)
+    stops with one line instead of re-executing again.
+    """
+    if current_hash_seed() == wanted:
+        os.environ.pop(_REEXEC, None)
+        return
+    rerun = " ".join(shlex.quote(a) for a in ["dst", *argv])
+    if _REEXEC in os.environ:
+        _die(UsageError(f"python ignores PYTHONHASHSEED here (started with -E or -I?), so dst "
+                        f"cannot run under hash seed {wanted}; run without those flags: "
+                        f"PYTHONHASHSEED={wanted} {rerun}"))
+    os.environ["PYTHONHASHSEED"] = str(wanted)
+    os.environ[_REEXEC] = typed
+    flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(sys.executable, [sys.executable, *flags, "-m", "dst", *argv])
+    except OSError as exc:
+        _die(UsageError(f"cannot restart dst under PYTHONHASHSEED={wanted} ({exc.strerror}); "
+                        f"run: PYTHONHASHSEED={wanted} {rerun}"))
 
 
 class SwitchParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
@@ -129,6 +216,16 @@ def main() -> None:
       dst run counter -c cas=false --seeds 500  search 500 seeds
       dst replay traces/failures/counter-3.jsonl
       dst show traces/failures/counter-3.jsonl
+
+    \b
+    Exit status:
+      0    nothing was violated
+      1    an invariant was violated
+      2    bad input or usage (one line on stderr says what to change)
+      3    a replay diverged, or a seed did not repeat itself
+      4    the scenario itself is broken: it does not import, its setup or a
+           check raised, or a seed hung its worker
+      130  interrupted by Ctrl-C (dst run: --resume continues)
     """
 
 
@@ -268,6 +365,39 @@ def _seed_bounds(seeds: int | None, one_seed: int | None, seed_range: tuple[int,
     return (0, None) if duration is not None else (0, 1000)
 
 
+def _check_out(out: str) -> None:
+    """Fail now, in one line, if ``--out`` cannot hold traces: never after the seeds ran."""
+    path = Path(out)
+    way_out = "give --out a directory dst can create and write to"
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {out} is a file, not a directory; {way_out}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):
+            why = "a part of the path is a file"
+        raise UsageError(f"--out {out} cannot be created ({why}); {way_out}") from None
+    probe = path / f".dst-write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); "
+                         f"{way_out}") from None
+
+
+def _duration_text(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _ranges_text(ranges: list[tuple[int, int]]) -> str:
+    return ", ".join(f"{a}" if b == a + 1 else f"{a}..{b - 1}" for a, b in sorted(ranges))
+
+
 @main.command("run")
 @click.argument("scenario")
 @click.option("-c", "switches", type=SwitchParam(), multiple=True, metavar="KEY=VALUE",
@@ -284,30 +414,38 @@ def _seed_bounds(seeds: int | None, one_seed: int | None, seed_range: tuple[int,
 @click.option("--for", "duration", type=Duration(), default=None,
               help="Stop after this long (e.g. 8h) and summarise; without --seeds or "
                    "--seed-range, keep running new seeds until then.")
+@click.option("--seed-timeout", type=Duration(), default=None,
+              help=f"Stop a worker whose seed has not finished after this long and report "
+                   f"the seed (default {SEED_TIMEOUT:g}s).")
 @click.option("--resume", is_flag=True,
               help=f"Skip seeds already done for this scenario and config (recorded in "
                    f"OUT/{DB_NAME}); report the combined results.")
-@click.option("--out", type=click.Path(file_okay=False), default="traces/failures",
-              show_default=True, help="Where traces of failing seeds (and the results "
-                                      "database) are written.")
+@click.option("--out", default="traces/failures", show_default=True,
+              help="Directory for the traces of failing seeds and the results database.")
 @click.option("--check-determinism", is_flag=True,
-              help="Run each seed twice and report the first record that differs.")
+              help="Run each seed twice in one process and once more in a process with "
+                   "another hash seed, and report the first record that differs.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | None,
                 one_seed: int | None, seed_range: tuple[int, int] | None, strategy: str,
-                workers: int, duration: float | None, resume: bool, out: str,
-                check_determinism: bool, as_json: bool) -> None:
+                workers: int, duration: float | None, seed_timeout: float | None,
+                resume: bool, out: str, check_determinism: bool, as_json: bool) -> None:
     """Run SCENARIO over many seeds and report every invariant violated.
 
     SCENARIO is a name from `dst list`, a path to a .py file, or a module.
     Traces of failing seeds are written under --out as they are found, each
     with the one command that replays it; finished seeds are recorded in
     OUT/results.sqlite, so an interrupted run continues with --resume.
+
+    Exit status: 0 nothing violated, 1 an invariant violated, 2 bad input,
+    3 a seed did not repeat itself (--check-determinism), 4 the scenario
+    itself is broken, 130 interrupted.
     """
     try:
         scen = load(scenario)
         config = scen.config(dict(switches))
         start, stop = _seed_bounds(seeds, one_seed, seed_range, duration)
+        _check_out(out)
     except DstError as err:
         _die(err)
     ref = None if is_shipped(scenario) else scenario  # how workers and replay find it
@@ -317,7 +455,8 @@ def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int
         summary = BulkSummary(keep_traces=False)  # the recorder writes them as they come
         done = recorder.resume(summary, start, stop) if resume else []
     except (sqlite3.Error, OSError) as exc:
-        _die(UsageError(f"cannot use the results database in {out}: {exc}"))
+        _die(UsageError(f"cannot use the results database {Path(out) / DB_NAME} ({exc}); "
+                        "move it away or give another --out"))
     resumed = summary.runs
     progress = _Progress(stop - start if stop is not None else None, resumed,
                          enabled=not as_json and _interactive())
@@ -331,13 +470,23 @@ def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int
     try:
         run_bulk(ref or scen.name, config, missing(done, start, stop), workers=workers,
                  deadline=deadline, check_determinism=check_determinism,
-                 on_chunk=on_chunk, summary=summary)
+                 on_chunk=on_chunk, summary=summary,
+                 seed_timeout=seed_timeout if seed_timeout is not None else SEED_TIMEOUT)
+    except DstError as err:
+        progress.close()
+        _die(err)
+    except (sqlite3.Error, OSError) as exc:
+        progress.close()
+        _die(UsageError(f"cannot record results in {out} ({exc}); free the disk or give "
+                        "another --out, then continue with --resume"))
     finally:
         recorder.close()
         progress.close()
     seconds = time.monotonic() - began
     summary.failures.sort(key=lambda o: o.seed)
     paths = recorder.paths
+    again = _command_line(scenario, switches, seeds, one_seed, seed_range, workers, duration,
+                          seed_timeout, out, check_determinism)
     if as_json:
         doc = {
             "scenario": scen.name, "config": config, "runs": summary.runs,
@@ -351,19 +500,59 @@ def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int
             "bounded": summary.bounded,
             "nondeterministic": [{"seed": o.seed, "difference": o.nondeterminism}
                                  for o in summary.nondeterministic],
+            "not_run": [list(r) for r in summary.not_run],
+            "stalled": summary.stalled,
+            "resume": again if summary.interrupted or summary.not_run else None,
         }
         click.echo(json.dumps(doc, indent=2))
     else:
         _print_summary(scen, config, summary, paths, ref, out, seconds, resumed,
-                       check_determinism)
+                       check_determinism, again)
+    if summary.stalled:
+        alone = "" if summary.stalled_seed is None else (
+            "; run it alone with: " + " ".join(shlex.quote(a) for a in [
+                "dst", "run", scenario, *[w for k, v in switches for w in ("-c", f"{k}={v}")],
+                "--seed", str(summary.stalled_seed)]))
+        click.echo(f"error: {scenario}: {summary.stalled}{alone}", err=True)
+        sys.exit(EXIT_BROKEN)
+    if summary.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
     if summary.nondeterministic:
         sys.exit(EXIT_DIVERGED)
     sys.exit(EXIT_VIOLATION if summary.failures else EXIT_OK)
 
 
+def _command_line(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | None,
+                  one_seed: int | None, seed_range: tuple[int, int] | None, workers: int,
+                  duration: float | None, seed_timeout: float | None, out: str,
+                  check_determinism: bool) -> str:
+    """The command that continues this run: the same one, with ``--resume``.
+
+    A determinism check records nothing, so it is continued by running it again.
+    """
+    argv = ["dst", "run", scenario]
+    for key, value in switches:
+        argv += ["-c", f"{key}={value}"]
+    if seeds is not None:
+        argv += ["--seeds", str(seeds)]
+    if one_seed is not None:
+        argv += ["--seed", str(one_seed)]
+    if seed_range is not None:
+        argv += ["--seed-range", f"{seed_range[0]}:{seed_range[1]}"]
+    if workers != 1:
+        argv += ["--workers", str(workers)]
+    if duration is not None:
+        argv += ["--for", _duration_text(duration)]
+    if seed_timeout is not None:
+        argv += ["--seed-timeout", _duration_text(seed_timeout)]
+    argv += ["--out", out]
+    argv += ["--check-determinism"] if check_determinism else ["--resume"]
+    return " ".join(shlex.quote(a) for a in argv)
+
+
 def _print_summary(scen: Scenario, config: dict[str, Any], summary: BulkSummary,
                    paths: dict[int, Path], ref: str | None, out: str, seconds: float,
-                   resumed: int, check_determinism: bool) -> None:
+                   resumed: int, check_determinism: bool, again: str) -> None:
     shown = STORIES_SHOWN + 4
     for i, o in enumerate(summary.failures[:shown]):
         _print_failure(o, scen, config, paths[o.seed], ref, full=i < STORIES_SHOWN)
@@ -384,9 +573,17 @@ def _print_summary(scen: Scenario, config: dict[str, Any], summary: BulkSummary,
         click.echo(f"{summary.bounded:,} runs hit the step bound ({scen.max_steps:,} steps) "
                    "before the system came to rest, so their end-of-run checks did not run"
                    + (f"; see one with: dst show {first}" if first else ""))
-    if summary.interrupted:
-        click.echo("interrupted: the seeds finished so far are recorded; "
-                   "run the same command with --resume to continue")
+    if summary.not_run:
+        click.echo(f"not run: seeds {_ranges_text(summary.not_run)} were in flight on a worker "
+                   "that had to be stopped; they are not recorded as done")
+    if summary.interrupted or summary.not_run:
+        if check_determinism:
+            click.echo("interrupted: a determinism check records nothing; check the seeds "
+                       f"not done with: {again}" if summary.interrupted else
+                       f"check them again with: {again}")
+        else:
+            click.echo(f"{'interrupted: ' if summary.interrupted else ''}the seeds finished "
+                       f"so far are recorded; continue with: {again}")
     if check_determinism:
         click.echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
                    f"{summary.runs:,} seeds replayed identically")
@@ -403,12 +600,32 @@ def _load_trace(path: str, scenario_ref: str | None) -> tuple[Trace, Scenario]:
             raise UsageError(
                 f"{path} is a trace of scenario {name!r}, which is not a shipped one; "
                 "say where it lives with --scenario path/to/file.py (or package.module)")
+        _check_hash_seed(trace, path, scenario_ref)
         return trace, load(name)
+    _check_hash_seed(trace, path, scenario_ref)
     scen = load(scenario_ref)
     if scen.name != name:
         raise UsageError(f"{scenario_ref} defines scenario {scen.name!r}, "
                          f"but {path} is a trace of {name!r}")
     return trace, scen
+
+
+def _check_hash_seed(trace: Trace, path: str, scenario_ref: str | None) -> None:
+    """Refuse a replay under another hash seed than the trace's: set order could differ.
+
+    The ``dst`` command re-executes itself under the recorded seed; this holds
+    when it is called from Python, in a process whose hash seed is already set.
+    A trace from before hash seeds were recorded replays under any.
+    """
+    recorded = trace.header.get("hash_seed")
+    here = current_hash_seed()
+    if not isinstance(recorded, int) or here == recorded:
+        return
+    again = replay_command_line(Path(path), scenario_ref)
+    raise UsageError(
+        f"{path} was recorded under hash seed {recorded}, and this process runs under "
+        f"{'a random one' if here is None else here}, which can change the order of sets; "
+        f"rerun as: PYTHONHASHSEED={recorded} {again}")
 
 
 @main.command("replay")
@@ -428,14 +645,16 @@ def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> 
         result = replay_trace(scen, trace)
     except DstError as err:
         _die(err)
-    diverged = result.divergence or first_divergence(trace, result.trace())
+    # The first record that differs (replay_trace compares them all), made visible:
+    # it quotes the trace and the code under test.
+    diverged = result.divergence
     verdict = trace.footer.get("verdict")
     if as_json:
         click.echo(json.dumps({"trace": trace_path, "identical": diverged is None,
                                "verdict": verdict, "violated": trace.violated,
                                "divergence": diverged}, indent=2))
     elif diverged is None:
-        vio = ", ".join(trace.violated)
+        vio = visible(", ".join(trace.violated))
         what = f"{vio} violated again" if vio else "no invariant violated"
         click.echo(f"identical: {len(trace.records)} records replayed byte for byte; "
                    f"verdict {verdict} ({what})")
@@ -457,14 +676,36 @@ def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> 
 @click.option("-o", "output", type=click.Path(dir_okay=False), default=None,
               help="Write to this file instead of stdout.")
 def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None) -> None:
-    """Print TRACE as a timeline: step, virtual time, actor, what happened."""
+    """Print TRACE as a timeline: step, virtual time, actor, what happened.
+
+    Everything the trace says is shown escaped (control characters visibly, and
+    Markdown syntax inert), so a trace cannot drive the terminal or the page.
+    """
+    if output:
+        # Checked before any work, and never created: a typo in -o should not
+        # leave a new directory tree behind.
+        target, parent = Path(output), Path(output).parent
+        problem = None
+        if not parent.exists():
+            problem = f"directory {parent} does not exist; create it first"
+        elif not parent.is_dir():
+            problem = f"{parent} is not a directory"
+        elif target.is_dir():
+            problem = "it is a directory; name a file"
+        elif not os.access(target if target.exists() else parent, os.W_OK):
+            problem = "permission denied; choose a path you can write"
+        if problem is not None:
+            _die(UsageError(f"cannot write -o {output}: {problem}"))
     try:
         trace = read_trace(trace_path)
     except DstError as err:
         _die(err)
     text = (render_markdown if fmt == "markdown" else render_text)(trace, verbose=verbose)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _die(UsageError(f"cannot write -o {output}: {exc.strerror or exc}"))
     else:
         click.echo(text, nl=False)
 

@@ -6,11 +6,16 @@ import difflib
 import hashlib
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
+import sysconfig
+import traceback
 from pathlib import Path
 
-from .errors import UsageError
+import trio
+
+from .errors import DstError, ScenarioError, UsageError
 from .scenario import Scenario
 
 _PACKAGE = "scenarios"
@@ -30,8 +35,75 @@ def shipped() -> dict[str, str]:
 
 
 def _from_module(module_name: str, shown: str) -> Scenario:
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name
+                                     or module_name.startswith(exc.name + ".")):
+            raise UsageError(f"no module {shown} (is it on PYTHONPATH?)") from None
+        raise _import_failed(shown, exc) from None
+    except DstError:
+        raise
+    except Exception as exc:
+        raise _import_failed(shown, exc) from None
     return _scenario_of(module, shown)
+
+
+# -- errors in the user's own code ---------------------------------------------------
+
+#: Where dst itself and the libraries it runs on live: a frame there is not the
+#: user's line, however deep the traceback goes.
+_NOT_USER = tuple(
+    str(Path(p).resolve()) + os.sep
+    for p in {
+        Path(__file__).parent,
+        Path(trio.__file__).parent,
+        Path(sysconfig.get_paths()["stdlib"]),
+        Path(sysconfig.get_paths()["platstdlib"]),
+    }
+)
+
+
+def shown_path(filename: str) -> str:
+    """``filename`` relative to the working directory when it lies below it."""
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith(os.pardir) else rel
+
+
+def user_frame(exc: BaseException) -> tuple[str, int] | None:
+    """``(file, line)`` of the innermost frame of ``exc`` that is the user's code.
+
+    Skips dst, trio and the standard library; prefers code outside site-packages
+    (the user's own files) to a library the user called.
+    """
+    frames = [(f.f_code.co_filename, line) for f, line in traceback.walk_tb(exc.__traceback__)]
+    mine = [(name, line) for name, line in frames
+            if not str(Path(name).resolve()).startswith(_NOT_USER)
+            and not name.startswith("<")]
+    own = [(name, line) for name, line in mine if "site-packages" not in name]
+    best = (own or mine)
+    return (shown_path(best[-1][0]), best[-1][1]) if best else None
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``ZeroDivisionError: division by zero``, on one line."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _import_failed(shown: str, exc: BaseException) -> ScenarioError:
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f"{shown_path(exc.filename)}:{exc.lineno}"
+        what = f"{type(exc).__name__} at {where}: {' '.join(str(exc.msg).split())}"
+    else:
+        found = user_frame(exc)
+        at = f" at {found[0]}:{found[1]}" if found else ""
+        what = f"{type(exc).__name__}{at}: {' '.join(str(exc).split())}"
+    return ScenarioError(f"scenario {shown} failed to import: {what}; fix the file "
+                         "(or install what it imports) and run again")
 
 
 def _scenario_of(module: object, shown: str) -> Scenario:
@@ -65,7 +137,13 @@ def _from_file(ref: str) -> Scenario:
         raise UsageError(f"cannot load {ref} as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up here
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except DstError:
+        raise
+    except Exception as exc:
+        del sys.modules[name]
+        raise _import_failed(ref, exc) from None
     scenario = _FILE_CACHE[key] = _scenario_of(module, ref)
     return scenario
 
@@ -82,10 +160,7 @@ def load(ref: str) -> Scenario:
     if ref.endswith(".py"):
         return _from_file(ref)
     if "." in ref:
-        try:
-            return _from_module(ref, ref)
-        except ModuleNotFoundError:
-            raise UsageError(f"no module {ref} (is it on PYTHONPATH?)") from None
+        return _from_module(ref, ref)
     close = difflib.get_close_matches(ref, list(known), n=1)
     hint = f"did you mean {close[0]}? " if close else ""
     raise UsageError(

@@ -1,9 +1,11 @@
-"""`dst run --check-determinism` runs each seed twice and names the first differing record."""
+"""`dst run --check-determinism` runs each seed again, in the same process and under other hash
+seeds, and names the first differing record."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from dst.cli import main
@@ -48,3 +50,14 @@ def test_check_determinism_passes_a_deterministic_scenario(tmp_path: Path) -> No
     result = _check(tmp_path, STEADY)
     assert result.exit_code == 0, result.output
     assert "3 of 3 seeds replayed identically" in result.output
+
+
+@pytest.mark.parametrize(("scenario", "seeds"), [("counter", 60), ("approval", 40),
+                                                 ("replenish_crash", 10)])
+def test_shipped_scenarios_repeat_themselves_under_other_hash_seeds(
+    tmp_path: Path, scenario: str, seeds: int
+) -> None:
+    result = CliRunner().invoke(main, ["run", scenario, "--seeds", str(seeds),
+                                       "--check-determinism", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"determinism: {seeds} of {seeds} seeds replayed identically" in result.stdout

@@ -150,67 +150,67 @@ def test_for_a_duration_bounds_a_seed_range_too(tmp_path: Path) -> None:
 # -- resume ----------------------------------------------------------------------
 
 
+NOTED_SCENARIO = '''
+from typing import Any
+
+from dst import Env, Scenario, Sim
+
+scenario = Scenario("noted", doc="notes every seed it runs; every seventh fails")
+
+
+async def worker(env: Env) -> None:
+    await env.store.get("x")
+
+
+@scenario.setup
+def setup(sim: Sim, config: dict[str, Any]) -> Any:
+    with open({log!r}, "a") as fh:  # seen by the test whichever worker ran the seed
+        fh.write(f"{{sim.seed}}\\n")
+    sim.process("worker", worker, stores=["db"])
+    return sim.seed
+
+
+@scenario.invariant("NotSeventh")
+def not_seventh(seed: Any) -> bool | str:
+    return seed % 7 != 0 or "a seventh seed"
+'''
+
+
 def test_resume_runs_only_the_seeds_not_done_and_reports_the_combined_results(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    import dst.runner.bulk as bulk
     from dst.runner.results import ResultsDB, run_key
 
-    executed: list[int] = []
-    real = bulk.run_chunk
+    log = tmp_path / "executed.txt"
+    source = tmp_path / "noted.py"
+    source.write_text(NOTED_SCENARIO.format(log=str(log)), encoding="utf-8")
 
-    def counting(ref: str, config: Any, seeds: list[int], check: bool) -> Any:
-        executed.extend(seeds)
-        return real(ref, config, seeds, check)
+    def executed() -> list[int]:
+        seeds = sorted(int(line) for line in log.read_text().split()) if log.exists() else []
+        log.unlink(missing_ok=True)
+        return seeds
 
-    monkeypatch.setattr(bulk, "run_chunk", counting)
     out = str(tmp_path / "out")
-    args = ("counter", "-c", "cas=false", "--out", out)
+    args = (str(source), "--out", out)
     _, first = run_json(*args, "--seed-range", "0:300")  # then "interrupted"
-    assert sorted(executed) == list(range(300))
-    executed.clear()
+    assert executed() == list(range(300))
     _, resumed = run_json(*args, "--seeds", "500", "--resume")
-    assert sorted(executed) == list(range(300, 500))  # only the new seeds ran
+    assert executed() == list(range(300, 500))  # only the new seeds ran
     assert resumed["runs"] == 500 and resumed["resumed"] == 300
 
     _, fresh = run_json(*args[:-1], str(tmp_path / "fresh"), "--seeds", "500")
+    executed()
     assert [f["seed"] for f in resumed["failures"]] == [f["seed"] for f in fresh["failures"]]
     assert {f["seed"] for f in first["failures"]} < {f["seed"] for f in resumed["failures"]}
 
-    key = run_key("counter", {"cas": False, "workers": 2, "increments": 7}, "random")
+    key = run_key("noted", {}, "random")
     with ResultsDB(out) as db:
         assert db.done_ranges(key) == [(0, 500)]
         assert [f.seed for f in db.failures_within(key, 0, None)] == \
             [f["seed"] for f in fresh["failures"]]
 
-    executed.clear()
     _, again = run_json(*args, "--seeds", "500", "--resume")
-    assert executed == [] and again["runs"] == 500
-
-
-def test_ctrl_c_keeps_the_finished_chunks_and_resume_continues_from_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import dst.runner.bulk as bulk
-
-    real = bulk.run_chunk
-    calls: list[list[int]] = []
-
-    def interrupted_on_the_second_chunk(ref: str, config: Any, seeds: list[int],
-                                        check: bool) -> Any:
-        calls.append(seeds)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(ref, config, seeds, check)
-
-    monkeypatch.setattr(bulk, "run_chunk", interrupted_on_the_second_chunk)
-    args = ("counter", "-c", "cas=false", "--seeds", "500", "--out", str(tmp_path))
-    result = invoke("run", *args)
-    assert result.exit_code == 1  # the failures of the first chunk are reported
-    assert f"{bulk.CHUNK} runs" in result.stdout and "--resume" in result.stdout
-    monkeypatch.setattr(bulk, "run_chunk", real)
-    _, doc = run_json(*args, "--resume")
-    assert doc["resumed"] == bulk.CHUNK and doc["runs"] == 500
+    assert executed() == [] and again["runs"] == 500
 
 
 def test_without_resume_every_seed_runs_again(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Targeted and outside-world faults: each does what the plan says, where and as often as it says."""
+"""Targeted and outside-world faults: each does what the plan says, where and as often."""
 
 from __future__ import annotations
 

@@ -68,6 +68,10 @@ class ResultsDB:
         # Only CREATE ... IF NOT EXISTS: a database written by an older dst gains
         # the tables it lacks, and two runs opening one database cannot race.
         self._db.executescript(_SCHEMA)
+        # Take the write lock once and let go: a database that can be read but not
+        # written fails here, before any seed runs, not after the first chunk.
+        self._db.execute("BEGIN IMMEDIATE")
+        self._db.rollback()
 
     def close(self) -> None:
         self._db.close()
