@@ -243,6 +243,8 @@ def _scenario_json(s: Scenario) -> dict[str, Any]:
         ],
         "invariants": list(s.invariants),
         "end_checks": list(s.end_checks),
+        "eventually": [{"name": n, "within": w} for n, (_, w) in s.eventual_checks.items()],
+        "faults": _faults_text(s),
         "planted_bugs": [
             {"config": dict(b.config), "breaks": list(b.breaks), "doc": b.doc}
             for b in s.planted_bugs
@@ -250,12 +252,29 @@ def _scenario_json(s: Scenario) -> dict[str, Any]:
     }
 
 
-@main.command("list")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
-def list_command(as_json: bool) -> None:
-    """List scenarios, their switches, invariants and planted bugs."""
+def _faults_text(s: Scenario) -> str:
+    """The default config's fault plan in a few words (``crashes<=1, drops<=1``)."""
     try:
-        scenarios = all_scenarios()
+        return s.fault_plan(s.default_config()).describe()
+    except Exception:  # a plan that needs more than the defaults: say nothing wrong
+        return "set by the config"
+
+
+@main.command("list")
+@click.argument("scenario_ref", metavar="[SCENARIO]", required=False)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
+def list_command(scenario_ref: str | None, as_json: bool) -> None:
+    """List scenarios, their switches, checks, faults and planted bugs.
+
+    With SCENARIO (a shipped name, a file such as bank.py, or a module), list
+    that one: what dst sees in your own scenario file.
+
+    \b
+      dst list
+      dst list bank.py --json
+    """
+    try:
+        scenarios = [load(scenario_ref)] if scenario_ref else all_scenarios()
     except DstError as err:
         _die(err)
     if as_json:
@@ -269,7 +288,12 @@ def list_command(as_json: bool) -> None:
         w2 = max(map(len, allowed), default=0)
         for setting, allow, w in zip(settings, allowed, s.switches.values(), strict=True):
             click.echo(f"    {setting:<{w1}}  {allow:<{w2}}  {w.doc}".rstrip())
-        click.echo(f"    invariants: {', '.join(s.all_checks) or 'none'}")
+        click.echo(f"    invariants: {', '.join(s.invariants) or 'none'}")
+        if s.end_checks:
+            click.echo(f"    at end: {', '.join(s.end_checks)}")
+        for name, (_, within) in s.eventual_checks.items():
+            click.echo(f"    eventually: {name} within {within:g}s after faults stop")
+        click.echo(f"    faults: {_faults_text(s)}")
         for b in s.planted_bugs:
             click.echo(f"    planted bug: -c {_config_text(b.config)} breaks {', '.join(b.breaks)}")
 

@@ -34,3 +34,19 @@ def test_the_documented_example_finds_its_bug_only_through_a_lost_reply(tmp_path
     fixed = runner.invoke(main, ["run", str(source), "--seeds", "2000",
                                  "--out", str(tmp_path / "t"), "--json"])
     assert fixed.exit_code == 0, fixed.output
+
+
+def test_dst_list_shows_what_dst_sees_in_a_users_file(tmp_path: Path) -> None:
+    source = tmp_path / "refund.py"
+    source.write_text(example(), encoding="utf-8")
+    shown = CliRunner().invoke(main, ["list", str(source)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.startswith("refund: a timeout treated as 'not charged'")
+    assert "-c ask_first=true" in shown.output
+    assert "at end: NoChargeOnCancelledOrder" in shown.output
+    assert "payments: lose_reply<=1 delay<=1" in shown.output
+    assert "planted bug: -c ask_first=false breaks NoChargeOnCancelledOrder" in shown.output
+    as_json = json.loads(CliRunner().invoke(main, ["list", str(source), "--json"]).stdout)
+    assert [s["name"] for s in as_json["scenarios"]] == ["refund"]
+    missing = CliRunner().invoke(main, ["list", str(tmp_path / "nope.py")])
+    assert missing.exit_code == 2 and "no scenario file" in missing.output
