@@ -742,3 +742,7 @@ __all__ = ["main"]
 from .verdict_table import table_command  # noqa: E402 - registered after the core commands
 
 main.add_command(table_command)
+
+from .commands import register  # noqa: E402 - one module a command, added after the core
+
+register(main)
