@@ -6,13 +6,17 @@ five protocol actions (restore, claim, spend, execute, record), a retry (the
 user clicks again), deliver-twice (the same message becomes a second turn), a
 crash (every turn's memory is lost; the restart recovers), and a backend that
 loses its next reply.  The six invariants are the scenarios' own.
+
+This machine checks the correct design.  That each dropped condition is *found*
+is shown on the real scenario, whose runs Hypothesis draws whole through the
+bridge (``tests/test_hypothesis_bridge.py``): the machine found the lost update
+only on its fixed, derandomised draw, which is luck, not evidence.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import structlog
 import trio
 from hypothesis import HealthCheck, settings
@@ -22,7 +26,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from dst.env import Json, ServiceUnavailable
@@ -154,21 +157,3 @@ class ApprovalMachine(RuleBasedStateMachine):
 
 TestTheCorrectDesign = ApprovalMachine.TestCase
 TestTheCorrectDesign.settings = SETTINGS
-
-
-def _machine(**switches: Any) -> type[ApprovalMachine]:
-    return type("Buggy", (ApprovalMachine,), {"config": ApprovalConfig(**switches)})
-
-
-@pytest.mark.parametrize(("switches", "breaks"), [
-    ({"spend_mode": "before"}, "AtMostOnce"),
-    ({"spend_mode": "after"}, "NoResurrection"),
-    # A stale view without an atomic spend: whichever of the two breaks first.
-    ({"spend_mode": "before", "fresh_view": False}, "FreshRestore|AtMostOnce"),
-    ({"disclose_on_error": False}, "EffectsDisclosed"),
-])
-def test_the_state_machine_finds_each_dropped_condition(switches: dict, breaks: str) -> None:
-    with pytest.raises(AssertionError, match=breaks):
-        run_state_machine_as_test(_machine(**switches), settings=settings(
-            SETTINGS, max_examples=400, phases=[p for p in SETTINGS.phases
-                                                if p.name != "shrink"]))

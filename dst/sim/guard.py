@@ -417,8 +417,18 @@ def _is_trio(name: str) -> bool:
     return name == "trio" or name.startswith("trio.")
 
 
+_USER_MODULES: list[Any] = [None, []]
+
+
 def _user_modules() -> list[tuple[str, types.ModuleType]]:
-    """Loaded modules outside the standard library and the exempt packages."""
+    """Loaded modules outside the standard library and the exempt packages.
+
+    Kept while the set of loaded modules is the same (compared by the names'
+    tuple, which is cheap next to judging each module again).
+    """
+    names = tuple(sys.modules)
+    if _USER_MODULES[0] == names:
+        return list(_USER_MODULES[1])
     mods = []
     for name, mod in list(sys.modules.items()):
         if mod is None or _exempt(name):
@@ -426,7 +436,8 @@ def _user_modules() -> list[tuple[str, types.ModuleType]]:
         path = getattr(mod, "__file__", None)
         if path and isinstance(path, str) and not _in_stdlib(path):
             mods.append((name, mod))
-    return mods
+    _USER_MODULES[:] = [names, mods]
+    return list(mods)
 
 
 class _Installed:
@@ -459,24 +470,44 @@ def _install() -> _Installed:
     state.modules_before = set(sys.modules)
     state.user_modules = _user_modules()
     for _, mod in state.user_modules:
-        _swap(state, mod, shared)
+        _swap(state, mod, shared, "user")
     # trio's own modules hold entry points too (trio.Path calls ``run_sync`` by a
     # name imported from trio.to_thread); only those are swapped there.
     for name, mod in list(sys.modules.items()):
         if mod is not None and _is_trio(name):
-            _swap(state, mod, entry_points)
+            _swap(state, mod, entry_points, "trio")
     _GUARDED_THREAD = get_ident()
     _DEPTH += 1
     return state
 
 
-def _swap(state: _Installed, mod: types.ModuleType, table: dict[int, tuple[Any, Any]]) -> None:
+#: Per module namespace and table kind: (namespace, its size, the names that held
+#: an original) at the last full scan.  Installing scans every loaded module's
+#: namespace, which in a test process with hundreds of modules costs more than a
+#: run; a namespace of the same size is looked at again only at the names that
+#: matched before.  A module that rebinds one of its names to ``time.time`` while
+#: keeping its size is the case this misses; ``--check-determinism`` is the
+#: backstop there, as for references taken into locals.
+_SCANS: dict[tuple[int, str], tuple[dict[str, Any], int, tuple[str, ...]]] = {}
+
+
+def _swap(state: _Installed, mod: types.ModuleType, table: dict[int, tuple[Any, Any]],
+          kind: str) -> None:
     namespace = vars(mod)
-    for attr, value in list(namespace.items()):
+    key = (id(namespace), kind)
+    cached = _SCANS.get(key)
+    full = cached is None or cached[0] is not namespace or cached[1] != len(namespace)
+    names = list(namespace) if full or cached is None else cached[2]
+    matched = []
+    for attr in names:
+        value = namespace.get(attr, _MISSING)
         hit = table.get(id(value))
         if hit is not None and hit[0] is value:
+            matched.append(attr)
             state.patched.append((mod, attr, value))
             namespace[attr] = hit[1]
+    if full:
+        _SCANS[key] = (namespace, len(namespace), tuple(matched))
 
 
 def _put_back(owner: Any, originals: dict[int, tuple[Any, Any]]) -> None:
@@ -500,7 +531,9 @@ def _restore(state: _Installed) -> None:
     # (``from time import time`` bound the trap), and the classes it defined.
     originals = state.originals
     for _, mod in state.user_modules:
-        _put_back(mod, originals)
+        cached = _SCANS.get((id(vars(mod)), "user"))
+        if cached is None or cached[1] != len(vars(mod)):
+            _put_back(mod, originals)  # names added during the run may hold a trap
     before = state.modules_before
     for name, mod in list(sys.modules.items()):
         if mod is None or name in before:

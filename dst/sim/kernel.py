@@ -289,9 +289,18 @@ class Sim:
         try:
             index = self.strategy.choose(self.step, labels, None)
         except DivergenceError as exc:
-            self.divergence = exc
+            if self.divergence is None:
+                self.divergence = exc
             self._stop("diverged")
             raise RunStopped("the run diverged from its trace") from None
+        except BaseException as exc:
+            # The strategy itself failed (or a driver such as Hypothesis stopped
+            # the run): never let it pass through the code under test, which
+            # would report it as its own error.
+            if self.error is None:
+                self.error = exc
+            self._stop("error")
+            raise RunStopped("the strategy stopped the run") from None
         self.records.append(("decision", self.step, self.now, "data", tuple(labels), index))
         return options[index]
 

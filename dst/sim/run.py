@@ -82,8 +82,11 @@ def run_sims(
         if guarded:
             traps.install()
         try:
+            first = True
             for sim, setup in jobs:
-                _collect_between_seeds()
+                if not first:  # before the first, collection was simply off: nothing ran
+                    _collect_between_seeds()
+                first = False
                 await sim.run(clock, setup)
                 on_done(sim)
         finally:
