@@ -7,6 +7,7 @@ under test sees only an :class:`Env`.
 
 __version__ = "0.1.0"
 
+from .coverage import sometimes as sometimes
 from .env import Env as Env
 from .env import Json as Json
 from .env import Message as Message

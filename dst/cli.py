@@ -32,7 +32,9 @@ from typing import Any, ClassVar, NoReturn
 import click
 
 from . import __version__
+from .commands.shrink import Shrunk, shrink_failures
 from .errors import DstError, ScenarioError, UsageError
+from .explore import strategies
 from .registry import all_scenarios, is_shipped, load
 from .runner.bulk import SEED_TIMEOUT, BulkSummary, SeedOutcome, run_bulk
 from .runner.results import DB_NAME, Recorder, missing, run_key
@@ -352,11 +354,12 @@ def replay_command_line(path: Path, scenario_ref: str | None) -> str:
 
 
 def _print_failure(o: SeedOutcome, scenario: Scenario, config: dict[str, Any], path: Path,
-                   ref: str | None, full: bool) -> None:
+                   ref: str | None, full: bool, shrunk: Shrunk | None = None) -> None:
+    """One failure; the first (``full``) with its story, the shrunk one when there is one."""
     trace = None
     if full:
         try:
-            trace = read_trace(path)
+            trace = read_trace(shrunk.path if shrunk else path)
         except DstError:
             trace = None  # a resumed failure whose trace has gone: tell it without a story
     vio = next((r for r in trace.records if r["type"] == "violation"), None) if trace else None
@@ -368,9 +371,14 @@ def _print_failure(o: SeedOutcome, scenario: Scenario, config: dict[str, Any], p
         lines = story(trace)
         width = max([len(actor) for _, _, actor, _ in lines] + [8])
         time_w = max([len(t) for _, t, _, _ in lines] + [0])  # "1d 00:00:00.000" is wider
-        click.echo(f"  story ({len(lines)} lines, {o.steps} steps):")
+        steps = (f"shrunk from {shrunk.from_steps} to {shrunk.steps} steps" if shrunk
+                 else f"{o.steps} steps")
+        click.echo(f"  story ({len(lines)} lines, {steps}):")
         for i, (_step, t, actor, told) in enumerate(lines, 1):
             click.echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {told}")
+    if shrunk:
+        click.echo(f"  shrunk: {shrunk.path} ({shrunk.steps} steps, from {shrunk.from_steps})")
+        click.echo(f"  replay: {replay_command_line(shrunk.path, ref)}")
     click.echo(f"  trace:  {path}")
     click.echo(f"  replay: {replay_command_line(path, ref)}")
 
@@ -431,8 +439,16 @@ def _ranges_text(ranges: list[tuple[int, int]]) -> str:
 @click.option("--seed", "one_seed", type=click.IntRange(min=0), default=None,
               help="Run just this seed.")
 @click.option("--seed-range", type=SeedRange(), default=None, help="Run seeds A..B-1.")
-@click.option("--strategy", type=click.Choice(["random"]), default="random",
-              show_default=True, help="How choices are made.")
+@click.option("--strategy", default="random", show_default=True, metavar="NAME",
+              help="How choices are made: random (a seeded random walk), pct (priority "
+                   "scheduling with d-1 random change points, for ordering bugs), swarm "
+                   "(each seed draws its own mix of the scenario's faults).")
+@click.option("--pct-depth", type=click.IntRange(min=1), default=None, metavar="D",
+              help="With --strategy pct: the bug depth, d-1 change points "
+                   f"(default {strategies.DEFAULT_DEPTH}).")
+@click.option("--pct-steps", type=click.IntRange(min=1), default=None, metavar="K",
+              help="With --strategy pct: steps over which change points are drawn "
+                   "(default: estimated from a few runs of the scenario).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes (one seed is never split).")
 @click.option("--for", "duration", type=Duration(), default=None,
@@ -449,17 +465,24 @@ def _ranges_text(ranges: list[tuple[int, int]]) -> str:
 @click.option("--check-determinism", is_flag=True,
               help="Run each seed twice in one process and once more in a process with "
                    "another hash seed, and report the first record that differs.")
+@click.option("--shrink/--no-shrink", "shrink", default=None,
+              help="Shrink the first failure of each invariant to its shortest story "
+                   "(OUT/<scenario>-<seed>.min.jsonl) and tell that one; on by default, "
+                   "off by default with --json.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | None,
                 one_seed: int | None, seed_range: tuple[int, int] | None, strategy: str,
-                workers: int, duration: float | None, seed_timeout: float | None,
-                resume: bool, out: str, check_determinism: bool, as_json: bool) -> None:
+                pct_depth: int | None, pct_steps: int | None, workers: int,
+                duration: float | None, seed_timeout: float | None, resume: bool, out: str,
+                check_determinism: bool, as_json: bool, shrink: bool | None = None) -> None:
     """Run SCENARIO over many seeds and report every invariant violated.
 
     SCENARIO is a name from `dst list`, a path to a .py file, or a module.
     Traces of failing seeds are written under --out as they are found, each
     with the one command that replays it; finished seeds are recorded in
-    OUT/results.sqlite, so an interrupted run continues with --resume.
+    OUT/results.sqlite, so an interrupted run continues with --resume.  The
+    first failure of each invariant is shrunk to its shortest story, written
+    beside it as OUT/<scenario>-<seed>.min.jsonl (--no-shrink skips it).
 
     Exit status: 0 nothing violated, 1 an invariant violated, 2 bad input,
     3 a seed did not repeat itself (--check-determinism), 4 the scenario
@@ -468,6 +491,7 @@ def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int
     try:
         scen = load(scenario)
         config = scen.config(dict(switches))
+        strategy = strategies.parse(strategy, depth=pct_depth, steps=pct_steps)
         start, stop = _seed_bounds(seeds, one_seed, seed_range, duration)
         _check_out(out)
     except DstError as err:
@@ -495,7 +519,8 @@ def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int
         run_bulk(ref or scen.name, config, missing(done, start, stop), workers=workers,
                  deadline=deadline, check_determinism=check_determinism,
                  on_chunk=on_chunk, summary=summary,
-                 seed_timeout=seed_timeout if seed_timeout is not None else SEED_TIMEOUT)
+                 seed_timeout=seed_timeout if seed_timeout is not None else SEED_TIMEOUT,
+                 strategy=strategy)
     except DstError as err:
         progress.close()
         _die(err)
@@ -509,15 +534,23 @@ def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int
     seconds = time.monotonic() - began
     summary.failures.sort(key=lambda o: o.seed)
     paths = recorder.paths
+    shrunk: dict[int, Shrunk] = {}
+    if (not as_json if shrink is None else shrink) and not (
+            check_determinism or summary.interrupted or summary.stalled):
+        # Failures found by this invocation only: a resumed one was shrunk when found.
+        new = [o for o in summary.failures if not any(a <= o.seed < b for a, b in done)]
+        shrunk = shrink_failures(ref or scen.name, new, paths)
     again = _command_line(scenario, switches, seeds, one_seed, seed_range, workers, duration,
-                          seed_timeout, out, check_determinism)
+                          seed_timeout, out, check_determinism, strategy=strategy)
     if as_json:
         doc = {
-            "scenario": scen.name, "config": config, "runs": summary.runs,
+            "scenario": scen.name, "config": config, "strategy": strategy,
+            "runs": summary.runs,
             "seconds": round(seconds, 3),
             "failures": [{"seed": o.seed, "violated": list(o.violated),
                           "trace": str(paths[o.seed]),
-                          "replay": replay_command_line(paths[o.seed], ref)}
+                          "replay": replay_command_line(paths[o.seed], ref),
+                          "shrunk": shrunk[o.seed].as_json(ref) if o.seed in shrunk else None}
                          for o in summary.failures],
             "by_invariant": dict(sorted(summary.by_invariant.items())),
             "resumed": resumed, "interrupted": summary.interrupted,
@@ -527,15 +560,20 @@ def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int
             "not_run": [list(r) for r in summary.not_run],
             "stalled": summary.stalled,
             "resume": again if summary.interrupted or summary.not_run else None,
+            "coverage": {"probes": sorted(summary.probes_declared),
+                         "never_reached": summary.probes_never_reached,
+                         "states": len(summary.states)
+                         if scen.fingerprint_of is not None else None},
         }
         click.echo(json.dumps(doc, indent=2))
     else:
         _print_summary(scen, config, summary, paths, ref, out, seconds, resumed,
-                       check_determinism, again)
+                       check_determinism, again, strategy, shrunk=shrunk)
     if summary.stalled:
         alone = "" if summary.stalled_seed is None else (
             "; run it alone with: " + " ".join(shlex.quote(a) for a in [
                 "dst", "run", scenario, *[w for k, v in switches for w in ("-c", f"{k}={v}")],
+                *(["--strategy", strategy] if strategy != "random" else []),
                 "--seed", str(summary.stalled_seed)]))
         click.echo(f"error: {scenario}: {summary.stalled}{alone}", err=True)
         sys.exit(EXIT_BROKEN)
@@ -549,7 +587,7 @@ def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int
 def _command_line(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | None,
                   one_seed: int | None, seed_range: tuple[int, int] | None, workers: int,
                   duration: float | None, seed_timeout: float | None, out: str,
-                  check_determinism: bool) -> str:
+                  check_determinism: bool, *, strategy: str = "random") -> str:
     """The command that continues this run: the same one, with ``--resume``.
 
     A determinism check records nothing, so it is continued by running it again.
@@ -563,6 +601,8 @@ def _command_line(scenario: str, switches: tuple[tuple[str, str], ...], seeds: i
         argv += ["--seed", str(one_seed)]
     if seed_range is not None:
         argv += ["--seed-range", f"{seed_range[0]}:{seed_range[1]}"]
+    if strategy != "random":
+        argv += ["--strategy", strategy]
     if workers != 1:
         argv += ["--workers", str(workers)]
     if duration is not None:
@@ -576,10 +616,12 @@ def _command_line(scenario: str, switches: tuple[tuple[str, str], ...], seeds: i
 
 def _print_summary(scen: Scenario, config: dict[str, Any], summary: BulkSummary,
                    paths: dict[int, Path], ref: str | None, out: str, seconds: float,
-                   resumed: int, check_determinism: bool, again: str) -> None:
+                   resumed: int, check_determinism: bool, again: str,
+                   strategy: str = "random", shrunk: dict[int, Shrunk] | None = None) -> None:
     shown = STORIES_SHOWN + 4
     for i, o in enumerate(summary.failures[:shown]):
-        _print_failure(o, scen, config, paths[o.seed], ref, full=i < STORIES_SHOWN)
+        _print_failure(o, scen, config, paths[o.seed], ref, full=i < STORIES_SHOWN,
+                       shrunk=(shrunk or {}).get(o.seed))
     hidden = len(summary.failures) - shown
     if hidden > 0:
         click.echo(f"... and {hidden:,} more failing seeds (traces in {out}/)")
@@ -589,9 +631,11 @@ def _print_summary(scen: Scenario, config: dict[str, Any], summary: BulkSummary,
     rate = new / seconds if seconds > 0 else 0.0
     by = ", ".join(f"{k} x{v}" for k, v in sorted(summary.by_invariant.items()))
     earlier = f" ({resumed:,} done earlier, resumed)" if resumed else ""
-    click.echo(f"{scen.name} [{_config_text(config)}]: {summary.runs:,} runs{earlier}, "
+    how = f" under {strategy}" if strategy != "random" else ""
+    click.echo(f"{scen.name} [{_config_text(config)}]{how}: {summary.runs:,} runs{earlier}, "
                f"{len(summary.failures):,} failed{' (' + by + ')' if by else ''}, "
                f"{rate:,.0f} runs/s ({seconds:.1f}s)")
+    _print_coverage(scen, summary)
     if summary.bounded:
         first = next((paths[s] for s in summary.bounded_seeds if s in paths), None)
         click.echo(f"{summary.bounded:,} runs hit the step bound ({scen.max_steps:,} steps) "
@@ -611,6 +655,20 @@ def _print_summary(scen: Scenario, config: dict[str, Any], summary: BulkSummary,
     if check_determinism:
         click.echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
                    f"{summary.runs:,} seeds replayed identically")
+
+
+def _print_coverage(scen: Scenario, summary: BulkSummary) -> None:
+    """What the runs reached: probes never reached, distinct states (``dst.coverage``)."""
+    declared = summary.probes_declared
+    if declared:
+        never = summary.probes_never_reached
+        reached = len(declared) - len(never)
+        click.echo(f"probes: {reached} of {len(declared)} reached"
+                   + (f"; never reached: {', '.join(visible(n) for n in never)}" if never
+                      else ""))
+    if scen.fingerprint_of is not None:
+        click.echo(f"states: {len(summary.states):,} distinct fingerprints "
+                   "(taken at every step)")
 
 
 # -- replay / show --------------------------------------------------------------
@@ -694,17 +752,30 @@ def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> 
 
 @main.command("show")
 @click.argument("trace_path", metavar="TRACE")
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown"]), default="text",
-              show_default=True, help="How to render the timeline.")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "html", "perfetto"]),
+              default="text", show_default=True,
+              help="text: a timeline; markdown: a bug report to paste; html: one "
+                   "self-contained page of swimlanes; perfetto: Trace Event JSON for "
+                   "ui.perfetto.dev or chrome://tracing.")
 @click.option("--verbose", "-v", is_flag=True, help="Also show the scheduler's decisions.")
 @click.option("-o", "output", type=click.Path(dir_okay=False), default=None,
               help="Write to this file instead of stdout.")
 def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None) -> None:
     """Print TRACE as a timeline: step, virtual time, actor, what happened.
 
-    Everything the trace says is shown escaped (control characters visibly, and
-    Markdown syntax inert), so a trace cannot drive the terminal or the page.
+    Everything the trace says is shown escaped (control characters visibly,
+    Markdown syntax inert, HTML escaped in a page that runs no script), so a
+    trace cannot drive the terminal or the page.
+
+    \b
+      dst show traces/failures/counter-3.jsonl --format markdown
+      dst show traces/failures/counter-3.jsonl --format html -o counter-3.html
+      dst show traces/failures/counter-3.jsonl --format perfetto -o counter-3.json
     """
+    from .testing import replay_command
+    from .trace.html import render_html
+    from .trace.perfetto import render_perfetto
+
     if output:
         # Checked before any work, and never created: a typo in -o should not
         # leave a new directory tree behind.
@@ -724,7 +795,14 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None) -
         trace = read_trace(trace_path)
     except DstError as err:
         _die(err)
-    text = (render_markdown if fmt == "markdown" else render_text)(trace, verbose=verbose)
+    if fmt == "html":
+        text = render_html(trace, replay=replay_command(trace_path, trace))
+    elif fmt == "perfetto":
+        text = render_perfetto(trace)
+    elif fmt == "markdown":
+        text = render_markdown(trace, verbose=verbose, replay=replay_command(trace_path, trace))
+    else:
+        text = render_text(trace, verbose=verbose)
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")

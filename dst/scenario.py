@@ -149,6 +149,8 @@ class Scenario:
     invariants: dict[str, Check] = field(default_factory=dict)
     end_checks: dict[str, Check] = field(default_factory=dict)
     eventual_checks: dict[str, tuple[Check, float]] = field(default_factory=dict)
+    #: ``fn(world)`` naming the state the system is in (see :meth:`fingerprint`).
+    fingerprint_of: Check | None = None
     _setup: Callable[[Sim, dict[str, Any]], Any] | None = None
 
     # -- declaring -----------------------------------------------------------
@@ -200,6 +202,20 @@ class Scenario:
             return fn
 
         return register
+
+    def fingerprint(self, fn: Check) -> Check:
+        """Decorator: ``fn(world)`` returns a value naming the state the system is in.
+
+        A JSON value, or a hashable of tuples, frozensets, strings and numbers,
+        the same for the same state in every process.  Optional: tools that count
+        or compare the states a search went through use it.  ``dst explore
+        --prune-states`` goes further and skips a state it has explored before,
+        which is sound only when the value determines everything the system will
+        do next beyond the stores, the network and the enabled options: what each
+        task holds in memory and where each waits (see ``docs/design.md``).
+        """
+        self.fingerprint_of = fn
+        return fn
 
     # -- using ------------------------------------------------------------------
 
@@ -264,6 +280,11 @@ class Scenario:
             sim.at_end(name, _bind(fn, world))
         for name, (fn, within) in self.eventual_checks.items():
             sim.eventually(name, _bind(fn, world), within)
+        if self.fingerprint_of is not None:
+            # Taken at every step, so that `dst run` can count the distinct states.
+            from .coverage import watch_states
+
+            watch_states(sim, self.name, _bind(self.fingerprint_of, world))
         return world
 
 

@@ -308,3 +308,32 @@ def test_eventually_fails_with_the_time_it_waited() -> None:
     assert all(r.violated == ["AllForwarded"] for r in results)
     message = results[0].trace().records[-1]["message"]
     assert "did not hold within 30s after the faults stopped" in message
+
+
+def test_a_liveness_deadline_never_fires_while_a_woken_task_is_held() -> None:
+    scenario = Scenario("wake", doc="a waiter woken after a store call")
+    done: dict[str, bool] = {}
+
+    @scenario.setup
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        done.clear()
+
+        async def main(env: Env) -> None:
+            woken = trio.Event()
+
+            async def waiter() -> None:
+                await woken.wait()
+                done["yes"] = True
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waiter)
+                await env.store.put("x", 1)
+                woken.set()
+
+        sim.process("p", main, stores=["db"])
+
+    @scenario.eventually("Done", within=10)
+    def finished(_: Any) -> bool:
+        return done.get("yes", False)
+
+    assert all(r.verdict == "pass" for r in many(scenario, range(200)))

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import DstError, InternalError, ScenarioError
+from ..explore.strategies import explore
 from ..registry import describe_exception, load, user_frame
 from ..scenario import Scenario
 from ..trace.model import canonical, current_hash_seed
@@ -73,6 +74,11 @@ class SeedOutcome:
     #: With a determinism check: the run's record lines and footer, to compare
     #: with the same seed run in another process (``comparable``).
     lines: tuple[str, ...] | None = None
+    #: Coverage (``dst.coverage``): probes called, probes that held, and the
+    #: digests of the distinct fingerprints the run went through.
+    probes_declared: frozenset[str] = frozenset()
+    probes_reached: frozenset[str] = frozenset()
+    states: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -100,6 +106,15 @@ class BulkSummary:
     #: traces to disk as chunks come back: a long run with a planted bug switched
     #: on must not hold thousands of traces in memory.
     keep_traces: bool = True
+    #: Coverage across the runs: every probe called in any run, those that held
+    #: in at least one, and the digests of the distinct fingerprints seen.
+    probes_declared: set[str] = field(default_factory=set)
+    probes_reached: set[str] = field(default_factory=set)
+    states: set[int] = field(default_factory=set)
+
+    @property
+    def probes_never_reached(self) -> list[str]:
+        return sorted(self.probes_declared - self.probes_reached)
 
     def add_bounded(self, seed: int) -> None:
         """Count a run cut at the step bound (from this invocation or a resumed one)."""
@@ -120,6 +135,11 @@ class BulkSummary:
                     self.by_invariant[name] = self.by_invariant.get(name, 0) + 1
             if o.nondeterminism:
                 self.nondeterministic.append(replace(o, lines=None))
+            if o.probes_declared:
+                self.probes_declared |= o.probes_declared
+                self.probes_reached |= o.probes_reached
+            if o.states:
+                self.states |= o.states
 
 
 def _outcome(r: RunResult, keep_trace: bool) -> SeedOutcome:
@@ -127,7 +147,9 @@ def _outcome(r: RunResult, keep_trace: bool) -> SeedOutcome:
     # what a user has to look at.
     text = r.trace().text() if (keep_trace or r.verdict == "fail" or r.ended == "bound") \
         else None
-    return SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps, text, ended=r.ended)
+    return SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps, text, ended=r.ended,
+                       probes_declared=r.probes_declared, probes_reached=r.probes_reached,
+                       states=r.states)
 
 
 # -- one chunk, in whatever process runs it ---------------------------------------------
@@ -151,8 +173,9 @@ class _Beat:
 
 
 def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: Iterable[int],
-               beat: _Beat | None) -> list[RunResult]:
-    """Run ``seeds`` in order, stopping early when asked; user errors become one line."""
+               beat: _Beat | None, strategy: str = "random") -> list[RunResult]:
+    """Run ``seeds`` in order under the strategy ``strategy`` names (a spec of
+    ``dst.explore.strategies``), stopping early when asked; user errors become one line."""
     results: list[RunResult] = []
     current = [-1]
 
@@ -171,7 +194,8 @@ def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: It
             beat.finished()
 
     try:
-        run_seeds(scenario, config, feed(), done)
+        how = explore(strategy, scenario, config)
+        run_seeds(scenario, config, feed(), done, strategy=how.strategy, plan=how.plan)
     except (DstError, KeyboardInterrupt):
         raise
     except BaseException as exc:
@@ -181,7 +205,7 @@ def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: It
 
 def run_chunk(
     scenario_ref: str, config: Mapping[str, Any], seeds: list[int],
-    check_determinism: bool = False, *, beat: _Beat | None = None,
+    check_determinism: bool = False, *, beat: _Beat | None = None, strategy: str = "random",
 ) -> list[SeedOutcome]:
     """Run one chunk; with ``check_determinism`` twice, keeping every run's lines.
 
@@ -189,11 +213,12 @@ def run_chunk(
     depends on what an earlier run left behind (a module global) differs.
     """
     scenario = load(scenario_ref)
-    first = _run_pass(scenario, scenario_ref, config, seeds, beat)
+    first = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy)
     outcomes = [_outcome(r, False) for r in first]
     if not check_determinism:
         return outcomes
-    second = _run_pass(scenario, scenario_ref, config, [r.seed for r in first], beat)
+    second = _run_pass(scenario, scenario_ref, config, [r.seed for r in first], beat,
+                       strategy)
     checked = []
     # A stop request may cut the second pass short: only the seeds run twice count.
     for a, b, o in zip(first, second, outcomes, strict=False):
@@ -261,6 +286,9 @@ def user_error(exc: BaseException, scenario: Scenario, ref: str, config: Mapping
         roles[getattr(fn, "__code__", None)] = f"invariant {name}"
     for name, fn in scenario.end_checks.items():
         roles[getattr(fn, "__code__", None)] = f"end-of-run check {name}"
+    fingerprint = getattr(scenario, "fingerprint_of", None)
+    if fingerprint is not None:
+        roles[getattr(fingerprint, "__code__", None)] = "fingerprint"
     tb = leaf.__traceback__
     role = None
     while tb is not None and role is None:
@@ -317,7 +345,7 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
             return
         if job is None:
             return
-        ref, config, seeds, mode = job
+        ref, config, seeds, mode, strategy = job
         reply: tuple[Any, ...]
         try:
             if hash_seed is not None and current_hash_seed() != hash_seed:
@@ -325,10 +353,11 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
                                f"PYTHONHASHSEED={hash_seed}; is python run with -E or -I?")
             if mode == "other":
                 scenario = load(ref)
-                reply = ("ok", [comparable(r)
-                                for r in _run_pass(scenario, ref, config, seeds, beat)])
+                reply = ("ok", [comparable(r) for r in
+                                _run_pass(scenario, ref, config, seeds, beat, strategy)])
             else:
-                reply = ("ok", run_chunk(ref, config, seeds, mode == "check", beat=beat))
+                reply = ("ok", run_chunk(ref, config, seeds, mode == "check", beat=beat,
+                                         strategy=strategy))
         except DstError as err:
             reply = ("error", err.exit_code, str(err))
         except BaseException as exc:  # a dst bug: still one line, never a pool traceback
@@ -494,6 +523,7 @@ def run_bulk(
     on_chunk: Callable[[BulkSummary, list[SeedOutcome]], None] | None = None,
     summary: BulkSummary | None = None,
     seed_timeout: float = SEED_TIMEOUT,
+    strategy: str = "random",
 ) -> BulkSummary:
     """Run ``seeds`` (possibly endless: then until ``deadline``) in chunks on workers.
 
@@ -504,6 +534,8 @@ def run_bulk(
     finishes no seed for ``seed_timeout`` seconds is stopped and described in
     ``summary.stalled``.  An error in the scenario's own code is raised as a
     one-line :class:`~dst.errors.DstError` once the chunks before it are absorbed.
+    ``strategy`` is a spec (``dst.explore.strategies``): workers rebuild it from
+    the text, so a strategy needs no pickling and the run key can name it.
     """
     summary = summary if summary is not None else BulkSummary()
     cfg = dict(config)
@@ -590,7 +622,7 @@ def run_bulk(
                         entry = _Entry(todo, awaiting=set(checkers))
                         entries.append(entry)
                         slot.send(entry, (scenario_ref, cfg, todo,
-                                          "check" if check_determinism else "run"))
+                                          "check" if check_determinism else "run", strategy))
                         for waiting in unchecked.values():
                             waiting.append(entry)
                 if stop_at is None:
@@ -599,7 +631,8 @@ def run_bulk(
                             if not unchecked[seed]:
                                 break
                             entry = unchecked[seed].popleft()
-                            slot.send(entry, (scenario_ref, cfg, entry.seeds, "other"))
+                            slot.send(entry, (scenario_ref, cfg, entry.seeds, "other",
+                                              strategy))
                 while entries and entries[0].ready():
                     absorb(entries.popleft())
                 if not entries:

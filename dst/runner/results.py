@@ -8,8 +8,11 @@ same *run key* and reports the combined summary.
 
 The run key is the scenario name, its full config and the strategy: a run is a
 pure function of those and the seed, so a seed done under the same key never
-needs to run again.  Done seeds are kept as half-open ranges ``[start, stop)``;
-the chunking of a later run need not match the chunking of an earlier one.
+needs to run again.  Coverage (``dst.coverage``) is kept under the key too, as
+sets (probes called and reached, digests of the states seen), so that it adds
+up across ``--resume`` and a chunk recorded twice counts once.  Done seeds are
+kept as half-open ranges ``[start, stop)``; the chunking of a later run need not
+match the chunking of an earlier one.
 """
 
 from __future__ import annotations
@@ -41,7 +44,18 @@ CREATE TABLE IF NOT EXISTS bounded (
     run_key TEXT NOT NULL, seed INTEGER NOT NULL, trace TEXT NOT NULL,
     PRIMARY KEY (run_key, seed)
 );
+CREATE TABLE IF NOT EXISTS probes (
+    run_key TEXT NOT NULL, probe TEXT NOT NULL, reached INTEGER NOT NULL,
+    PRIMARY KEY (run_key, probe)
+);
+CREATE TABLE IF NOT EXISTS states (
+    run_key TEXT NOT NULL, state INTEGER NOT NULL,
+    PRIMARY KEY (run_key, state)
+) WITHOUT ROWID;
 """
+
+#: A state digest is unsigned 64-bit; SQLite integers are signed.
+_SIGN = 1 << 63
 
 
 def run_key(scenario: str, config: Mapping[str, Any], strategy: str) -> str:
@@ -84,9 +98,12 @@ class ResultsDB:
 
     def record_chunk(self, key: str, seeds: list[int], decisions: int,
                      failures: Iterable[StoredFailure],
-                     bounded: Iterable[tuple[int, str]] = ()) -> None:
-        """Mark the contiguous ``seeds`` done, with their failures and the runs cut at
-        the step bound (``(seed, trace path)``), in one transaction."""
+                     bounded: Iterable[tuple[int, str]] = (),
+                     probes: Mapping[str, bool] | None = None,
+                     states: Iterable[int] = ()) -> None:
+        """Mark the contiguous ``seeds`` done, with their failures, the runs cut at
+        the step bound (``(seed, trace path)``) and their coverage (probe -> whether
+        it was reached; state digests), in one transaction."""
         if not seeds:
             return
         with self._db:
@@ -100,6 +117,13 @@ class ResultsDB:
                 "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?, ?)",
                 [(key, f.seed, json.dumps(list(f.violated)), f.steps, f.trace)
                  for f in failures])
+            self._db.executemany(
+                "INSERT INTO probes VALUES (?, ?, ?) ON CONFLICT (run_key, probe) "
+                "DO UPDATE SET reached = max(reached, excluded.reached)",
+                [(key, name, int(hit)) for name, hit in sorted((probes or {}).items())])
+            self._db.executemany(
+                "INSERT OR IGNORE INTO states VALUES (?, ?)",
+                [(key, state - _SIGN) for state in states])
 
     def done_ranges(self, key: str) -> list[tuple[int, int]]:
         """The seed ranges already done under ``key``, merged and sorted."""
@@ -119,6 +143,14 @@ class ResultsDB:
             "SELECT seed, trace FROM bounded WHERE run_key = ? AND seed >= ? AND seed < ?"
             " ORDER BY seed", (key, start, stop if stop is not None else 2**62))
         return [(int(seed), str(trace)) for seed, trace in rows]
+
+    def coverage(self, key: str) -> tuple[dict[str, bool], set[int]]:
+        """The probes recorded under ``key`` (name -> reached) and the state digests."""
+        probes = {str(name): bool(hit) for name, hit in self._db.execute(
+            "SELECT probe, reached FROM probes WHERE run_key = ?", (key,))}
+        states = {int(s) + _SIGN for (s,) in self._db.execute(
+            "SELECT state FROM states WHERE run_key = ?", (key,))}
+        return probes, states
 
     def failures_within(self, key: str, start: int, stop: int | None) -> list[StoredFailure]:
         rows = self._db.execute(
@@ -184,6 +216,10 @@ class Recorder:
             summary.failures.append(SeedOutcome(f.seed, "fail", f.violated, f.steps, None))
             for name in f.violated:
                 summary.by_invariant[name] = summary.by_invariant.get(name, 0) + 1
+        probes, states = self.db.coverage(self.key)
+        summary.probes_declared |= set(probes)
+        summary.probes_reached |= {name for name, hit in probes.items() if hit}
+        summary.states |= states
         return done
 
     def trace_path(self, seed: int) -> Path:
@@ -208,8 +244,14 @@ class Recorder:
                 bounded.append((o.seed, str(path)))
         if self.record:
             seeds = [o.seed for o in outcomes]
+            probes: dict[str, bool] = {}
+            states: set[int] = set()
+            for o in outcomes:
+                for name in o.probes_declared:
+                    probes[name] = probes.get(name, False) or name in o.probes_reached
+                states |= o.states
             self.db.record_chunk(self.key, seeds, sum(o.steps for o in outcomes), stored,
-                                 bounded)
+                                 bounded, probes, states)
 
     def close(self) -> None:
         self.db.close()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .. import coverage
+from ..errors import UsageError
 from ..scenario import Scenario
+from ..sim.faults import FaultPlan, ServiceFaults
 from ..sim.kernel import Sim
 from ..sim.run import run_sims
 from ..sim.strategy import RandomWalk, Replay, Strategy
@@ -27,6 +30,11 @@ class RunResult:
     config: dict[str, Any]
     strategy: str
     divergence: str | None = None
+    #: Coverage (``dst.coverage``): the probes the run called, those that held,
+    #: and the digests of the distinct fingerprints it went through.
+    probes_declared: frozenset[str] = field(default_factory=frozenset)
+    probes_reached: frozenset[str] = field(default_factory=frozenset)
+    states: frozenset[int] = field(default_factory=frozenset)
 
     def trace(self) -> Trace:
         sim = self.sim
@@ -43,11 +51,14 @@ class RunResult:
 
 
 def _result(scenario: Scenario, config: dict[str, Any], sim: Sim) -> RunResult:
+    cov = coverage.of(sim)
     return RunResult(
         seed=sim.seed, verdict=sim.verdict, violated=list(sim.violated), steps=sim.step,
         virtual_time=sim.now, ended=sim.ended or "quiescent", sim=sim,
         scenario=scenario.name, config=config, strategy=sim.strategy.name,
         divergence=str(sim.divergence) if sim.divergence else None,
+        probes_declared=frozenset(cov.declared), probes_reached=frozenset(cov.reached),
+        states=frozenset(cov.states.values()),
     )
 
 
@@ -58,14 +69,22 @@ def run_seeds(
     on_result: Callable[[RunResult], None],
     *,
     strategy: Callable[[int], Strategy] = RandomWalk,
+    plan: Callable[[int, FaultPlan], FaultPlan] | None = None,
+    faults: FaultPlan | None = None,
 ) -> None:
-    """Run ``scenario`` under ``config`` for each seed; ``on_result`` after each."""
+    """Run ``scenario`` under ``config`` for each seed; ``on_result`` after each.
+
+    ``faults`` replaces the scenario's fault plan (a replay runs under the plan
+    its trace header records); ``plan(seed, faults)`` gives each seed a plan of
+    its own (``swarm``).  Either way the plan a run used is in its header.
+    """
     cfg = dict(config)
-    faults = scenario.fault_plan(cfg)
+    base = faults if faults is not None else scenario.fault_plan(cfg)
 
     def jobs() -> Iterable[tuple[Sim, Callable[[Sim], None]]]:
         for seed in seeds:
-            sim = Sim(seed, strategy(seed), faults=faults, max_steps=scenario.max_steps)
+            sim = Sim(seed, strategy(seed), faults=plan(seed, base) if plan else base,
+                      max_steps=scenario.max_steps)
             yield sim, lambda s: scenario.build(s, cfg)
 
     run_sims(jobs(), lambda sim: on_result(_result(scenario, cfg, sim)))
@@ -89,9 +108,44 @@ def replay_trace(scenario: Scenario, trace: Trace) -> RunResult:
     """
     config = scenario.checked_config(trace.header["config"])
     decisions = trace.decisions
-    result = run_one(
-        scenario, config, int(trace.header["seed"]),
-        strategy=lambda _seed: Replay(decisions),
-    )
+    out: list[RunResult] = []
+    # The header's plan is the truth of what ran: a strategy may have drawn a
+    # plan of its own for the seed (``swarm``), or the scenario changed since.
+    recorded = trace.header.get("faults")
+    plan = scenario.fault_plan(config)
+    if isinstance(recorded, dict) and recorded != plan.as_dict():
+        plan = plan_from_dict(recorded)
+    run_seeds(scenario, config, [int(trace.header["seed"])], out.append,
+              strategy=lambda _seed: Replay(decisions), faults=plan)
+    result = out[0]
     result.divergence = replay_divergence(trace, result.trace(), result.divergence)
     return result
+
+
+_PLAN_FIELDS = {f.name for f in fields(FaultPlan)}
+_TUPLE_FIELDS = ("crash_only", "crash_at", "partition_of")
+
+
+def plan_from_dict(recorded: Mapping[str, Any]) -> FaultPlan:
+    """The ``FaultPlan`` a trace header records (``FaultPlan.as_dict`` read back).
+
+    A field this dst does not know, or a value of the wrong shape, is refused in
+    one line: replaying under a plan other than the recorded one would not be a
+    replay.
+    """
+    unknown = sorted(set(recorded) - _PLAN_FIELDS)
+    if unknown:
+        raise UsageError(f"the trace's fault plan has {', '.join(map(repr, unknown))}, which "
+                         "this dst does not know; replay it with the dst that recorded it")
+    values = dict(recorded)
+    try:
+        for name in _TUPLE_FIELDS:
+            if name in values:
+                values[name] = tuple(values[name])
+        if "services" in values:
+            values["services"] = {name: ServiceFaults(**sf)
+                                  for name, sf in dict(values["services"]).items()}
+        return FaultPlan(**values)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"the trace's fault plan is malformed ({exc}); replay a trace dst "
+                         "wrote") from None

@@ -63,6 +63,17 @@ def describe_wait(task: ll.Task) -> str:
             break
         user = frame
     if not waits_on:
+        # No user frame above a library one: the task's own function is the wait
+        # (``nursery.start_soon(event.wait)``); name the outermost library frame.
+        for frame in frames:
+            if _is_library(frame):
+                owner = frame.f_locals.get("self")
+                name = frame.f_code.co_name
+                qual = f"{type(owner).__name__}.{name}" if owner is not None else name
+                module = frame.f_globals.get("__name__", "")
+                waits_on = f"{'trio' if module.startswith('trio') else module}.{qual}"
+                break
+    if not waits_on:
         waits_on = "an unknown wait"
     return f"{waits_on} at {_where(user)}" if user is not None else waits_on
 

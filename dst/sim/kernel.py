@@ -939,6 +939,8 @@ class Sim:
             (f"{label}@run", 1.0, _HELD, task) for task, label in held
         ]
         options.extend(self._options(deadline))
+        if deadline in self._passive:  # a kernel watch waits while tasks can run
+            options = [o for o in options if not (o[2] == _TIMER and o[3] == deadline)]
         cont = self._continuation
         self._continuation = None
         if len(options) == 1:
@@ -1021,10 +1023,15 @@ class Sim:
             if inc.state is not RUNNING:
                 continue
             for task in inc.tasks:
-                if any(n.child_tasks for n in task.child_nurseries):
+                if not trio_internals.is_blocked(task):
                     continue
-                if trio_internals.is_blocked(task):
-                    out.append((task, inc))
+                # A task with live children usually waits for them (a nursery's
+                # end), which is not a wait of its own; but the body of a nursery
+                # may itself wait in recv, and then the process is listening.
+                if any(n.child_tasks for n in task.child_nurseries) and not _waits_for_mail(
+                        task, inc):
+                    continue
+                out.append((task, inc))
         return out
 
     def trapped(self, message: str) -> None:

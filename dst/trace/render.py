@@ -13,8 +13,10 @@ Markdown syntax (``dst/trace/escape.py`` says why).
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
+from .. import __version__
 from .escape import markdown_inline, visible
 from .model import Trace
 
@@ -123,14 +125,57 @@ def render_text(trace: Trace, *, verbose: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_markdown(trace: Trace, *, verbose: bool = False) -> str:
-    """A heading, the config and a table; everything from the trace escaped, inert on GitHub."""
+def replay_line(path: str, scenario_ref: str | None = None) -> str:
+    """``dst replay PATH [--scenario REF]``, quoted for a shell; raw text (escape to show)."""
+    line = f"dst replay {shlex.quote(path)}"
+    return line + (f" --scenario {shlex.quote(scenario_ref)}" if scenario_ref else "")
+
+
+def render_markdown(trace: Trace, *, verbose: bool = False, replay: str | None = None) -> str:
+    """A bug report in GitHub Markdown: what ran, the verdict, the story, how to replay it.
+
+    The story is told twice on purpose: as a numbered list of what happened (the
+    lines ``dst run`` prints, for reading) and as a table of step, virtual time,
+    actor and text (for finding a step; ``verbose`` adds the scheduler's
+    decisions there).  Everything from the trace is escaped by
+    :func:`~dst.trace.escape.markdown_inline`, so nothing in it is Markdown; the
+    replay command is an indented code block, which Markdown shows as it is.
+    Only the first line is a heading: the rest are paragraphs, a list and a table.
+    """
     h, f = trace.header, trace.footer
     md = markdown_inline
-    out = [f"### {md(h['scenario'])} seed {h['seed']}: {md(str(f.get('verdict')))}", "",
-           f"config: {md(_config(h['config'])) or 'none'}", "",
-           "| step | virtual time | actor | what happened |", "|---:|---|---|---|"]
+    verdict = str(f.get("verdict"))
+    violated = ", ".join(f.get("violated", []))
+    vio = next((r for r in trace.records if r["type"] == "violation"), None)
+    cut = f.get("ended") == "bound" and not violated  # a run cut short is never a pass
+    out = [f"### {md(h['scenario'])} seed {h['seed']}: "
+           + ("cut at the step bound" if cut else md(verdict)), ""]
+    if vio is not None:
+        out += [f"**{md(violated)} violated** at step {vio['step']} (virtual "
+                f"{format_time(vio['t'])}): {md(vio['message'])}", ""]
+    elif cut:
+        out += [f"**Cut at the step bound** after {f.get('steps')} steps: no invariant was "
+                "violated, but the end-of-run checks never ran.", ""]
+    else:
+        out += [f"**No check violated** (ended {md(str(f.get('ended')))}).", ""]
+    out += [f"- scenario: {md(h['scenario'])}",
+            f"- config: {md(_config(h['config'])) or 'defaults'}",
+            f"- seed: {h['seed']} (strategy {md(h['strategy'])})",
+            f"- verdict: {md(verdict)} (violated: {md(violated) or 'nothing'}); "
+            f"{f.get('steps')} steps, virtual {format_time(f.get('virtual_time', 0.0))}, "
+            f"ended {md(str(f.get('ended')))}", ""]
+    told = story(trace)
+    out += [f"**Story** ({len(told)} lines, {f.get('steps')} steps):", ""]
+    out += [f"{n}. {t} {md(actor)}: {md(text)}" for n, (_, t, actor, text) in
+            enumerate(told, 1)]
+    out += ["", "**Step by step**" + (" (with the scheduler's decisions)" if verbose else "")
+            + ":", "",
+            "| step | virtual time | actor | what happened |", "|---:|---|---|---|"]
     for step, t, actor, text in story(trace, verbose=verbose):
         out.append(f"| {step} | {t} | {md(actor)} | {md(text)} |")
-    out += ["", f"violated: {md(', '.join(f.get('violated', []))) or 'nothing'}"]
+    if replay:
+        out += ["", "**Replay** (byte for byte):", "", f"    {visible(replay)}"]
+    out += ["", f"Recorded with dst {md(str(h.get('dst_version')))} (Python "
+            f"{md(str(h.get('python')))}, trio {md(str(h.get('trio')))}); "
+            f"shown with dst {md(__version__)}."]
     return "\n".join(out) + "\n"

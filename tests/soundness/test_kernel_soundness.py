@@ -408,3 +408,21 @@ def test_a_finalizer_that_logs_cannot_change_a_seed_trace() -> None:
     batch = [r.trace().text() for r in many(scenario, range(0, 4))]
     assert batch[2] == alone
     assert "finalized" not in alone
+
+
+def test_a_server_receiving_in_its_nursery_body_is_idle_not_a_deadlock() -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def server(env: Env) -> None:
+            shutdown = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(shutdown.wait)
+                while True:
+                    await env.net.recv()
+
+        async def client(env: Env) -> None:
+            await env.net.send("server", "hi")
+
+        sim.process("server", server)
+        sim.process("client", client)
+
+    assert all(r.verdict == "pass" for r in many(inline(setup), range(30)))

@@ -1,0 +1,63 @@
+"""``dst pin TRACE``: keep a failing trace in the regression corpus, with a note.
+
+A bug found once should stay found until it is fixed, and stay fixed after: the
+pinned trace is replayed by the test suite (dst's pytest plugin collects
+``traces/regressions/*.jsonl``).  Pinning checks what the corpus relies on
+before it copies anything: the trace failed, its scenario can be found (a
+user's own scenario is named with ``--scenario``, and saved with the note so
+that the tests can load it), and it replays identically here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import click
+
+from dst.errors import DstError
+from dst.testing import DEFAULT_PIN_DIR, pin_trace
+from dst.trace.escape import visible
+
+
+def refuse(err: DstError) -> NoReturn:
+    """Stop as every dst command does on bad input: ``error: ...`` in one line, its status."""
+    click.echo(f"error: {' '.join(str(err).split())}", err=True)
+    sys.exit(err.exit_code)
+
+
+@click.command("pin")
+@click.argument("trace_path", metavar="TRACE")
+@click.option("--name", default=None, metavar="NAME",
+              help="File name in the corpus, without .jsonl (default: SCENARIO-SEED).")
+@click.option("--note", default="", metavar="TEXT",
+              help="Why this trace is kept: the bug it shows, the issue it came from.")
+@click.option("--dir", "directory", default=str(DEFAULT_PIN_DIR), show_default=True,
+              metavar="DIR", help="The corpus directory (created if missing).")
+@click.option("--scenario", "scenario_ref", default=None, metavar="REF",
+              help="Where the trace's scenario lives when it is not a shipped one: a .py "
+                   "file or a module; saved with the note.")
+def command(trace_path: str, name: str | None, note: str, directory: str,
+            scenario_ref: str | None) -> None:
+    """Copy the failing TRACE into the regression corpus, with a note.
+
+    The trace goes to DIR/NAME.jsonl and its note to DIR/NAME.json
+    ({"note": ..., "scenario": ...}). A passing trace, or one that does not
+    replay identically here, is refused. The tests then replay it on every run
+    (pytest, with dst's plugin): identically, or with --dst-fixed, passing
+    after the fix.
+
+    \b
+      dst pin traces/failures/counter-3.jsonl --note "lost update under blind put"
+      dst pin traces/failures/bank-7.jsonl --scenario bank.py --name bank-overdraft
+    """
+    try:
+        pin, new = pin_trace(trace_path, name=name, note=note, directory=directory,
+                             scenario=scenario_ref)
+    except DstError as err:
+        refuse(err)
+    if not new:
+        click.echo(f"already pinned: {visible(str(pin.path))} holds this trace")
+        return
+    click.echo(f"pinned {visible(str(pin.path))}; note in {visible(str(pin.sidecar))}; "
+               "pytest replays it on every run")

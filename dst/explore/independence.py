@@ -1,0 +1,182 @@
+"""When two options commute: the independence relation behind partial-order reduction.
+
+The exhaustive explorer skips a schedule when it differs from one already run
+only in the order of two *independent* options: options that, taken in either
+order from the same state, leave the same state and each stay enabled after
+the other.  Getting this wrong in the "independent" direction skips schedules
+that could break an invariant, and turns a violation into a false "no
+violation"; so every rule below is conservative, and anything this module does
+not recognise is dependent with everything.
+
+What an option does is more than its label says.  Taking ``P/t@db.put(k)``
+writes ``k`` and then runs task ``t``'s Python code until its next choice
+point; that code can touch anything process ``P`` holds in memory, wake other
+tasks of ``P``, start timers, and ask the fakes for data choices.  Different
+processes share only durable stores, messages and outside services (and any
+Python object a scenario deliberately gives to more than one of them, which the
+relation cannot see: see ``docs/design.md``).  Hence:
+
+* two options of the same process are dependent (they share its memory);
+  a delivery to ``P`` belongs to ``P`` (it wakes ``P``'s receiver);
+* store operations of different processes commute unless they touch the same
+  key of the same store and one of them writes (``put``, ``cas`` and
+  ``delete`` write; ``get`` and ``scan`` read; a ``scan(prefix)`` touches every
+  key under ``prefix``);
+* a send only adds a message to the network: sends of different processes
+  commute unless they go to the same destination, and a send commutes with
+  store operations and deliveries of other processes;
+* deliveries to different processes commute;
+* a message fault (``drop:``, ``dup:``) spends a budget shared by every message:
+  dependent with every other message fault and with any option on the same
+  message, independent of the rest;
+* timers (they move the clock every task can read), crashes, restarts,
+  partitions, service calls (their handlers are shared Python state) and their
+  fault variants, tasks held at trio checkpoints (``@run``: they spend the
+  preemption budget) and data choices are dependent with everything.
+
+Two sends, or a send and a duplicate, taken in either order leave the same
+messages under swapped ids (``m3``/``m4``): states equal up to the names of
+messages, which no program and no invariant sees.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+#: Operations on a store that change it; ``get`` and ``scan`` only read.
+_WRITES = frozenset({"put", "cas", "delete"})
+_STORE_OP = re.compile(r"(get|put|cas|delete|scan)\((.*)\)", re.DOTALL)
+_MESSAGE = re.compile(r"(deliver|drop|dup):(m\d+)\((.*)\)", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What taking one option touches, as far as commuting goes.
+
+    ``kind`` is ``store``, ``send``, ``deliver``, ``message_fault`` or
+    ``global`` (dependent with everything).  ``proc`` is the process whose
+    memory the option's code runs in (None for a message fault).
+    """
+
+    kind: str
+    proc: str | None = None
+    store: str = ""
+    key: str = ""
+    write: bool = False
+    prefix: bool = False
+    dest: str = ""
+    message: str = ""
+
+
+GLOBAL = Access("global")
+
+
+def _overlap(a: Access, b: Access) -> bool:
+    if a.prefix and b.prefix:
+        return True  # two scans: both read, never asked
+    if a.prefix:
+        return b.key.startswith(a.key)
+    if b.prefix:
+        return a.key.startswith(b.key)
+    return a.key == b.key
+
+
+def commute(a: Access, b: Access) -> bool:
+    """Whether options with these accesses are independent (see the module docstring)."""
+    if a.kind == "global" or b.kind == "global":
+        return False
+    if a.proc is not None and a.proc == b.proc:
+        return False
+    kinds = {a.kind, b.kind}
+    if kinds == {"store"}:
+        if a.store != b.store or not (a.write or b.write):
+            return True
+        return not _overlap(a, b)
+    if kinds == {"send"}:
+        return a.dest != b.dest
+    if "message_fault" in kinds:
+        if a.kind == b.kind:
+            return False  # one budget for every message
+        return a.message != b.message
+    if kinds == {"deliver"}:
+        return True  # different destinations: the same one is the same process
+    return True  # store/send/deliver of two different processes
+
+
+class Independence:
+    """Classifies option labels against the processes and stores of one run.
+
+    ``processes`` and ``stores`` are called for the names that exist now (a
+    scenario may start processes during the run).  A label that could be read
+    two ways (a process or store name containing ``@``, ``/``, ``.``, ``(``)
+    is ``GLOBAL``.
+    """
+
+    def __init__(self, processes: Callable[[], Collection[str]],
+                 stores: Callable[[], Collection[str]]) -> None:
+        self._processes = processes
+        self._stores = stores
+        self._known: dict[str, Access] = {}
+        self._sizes = (-1, -1)
+
+    def access(self, label: str) -> Access:
+        procs, stores = self._processes(), self._stores()
+        sizes = (len(procs), len(stores))
+        if sizes != self._sizes:
+            self._known.clear()
+            self._sizes = sizes
+        found = self._known.get(label)
+        if found is None:
+            found = self._known[label] = _classify(label, procs, stores)
+        return found
+
+    def independent(self, a: str, b: str) -> bool:
+        return a != b and commute(self.access(a), self.access(b))
+
+
+def _classify(label: str, procs: Collection[str], stores: Collection[str]) -> Access:
+    m = _MESSAGE.fullmatch(label)
+    if m is not None:
+        kind, mid, route = m.groups()
+        ends = [(s, d) for s in procs for d in procs if route == f"{s}->{d}"]
+        if len(ends) != 1:
+            return GLOBAL
+        if kind == "deliver":
+            return Access("deliver", proc=ends[0][1], message=mid)
+        return Access("message_fault", message=mid)
+    readings = []
+    for at in range(label.find("@"), len(label)):
+        if label[at] != "@":
+            continue
+        proc = _owner(label[:at], procs)
+        if proc is None:
+            continue
+        op = _operation(label[at + 1:], proc, stores)
+        if op is not None:
+            readings.append(op)
+    return readings[0] if len(readings) == 1 else GLOBAL
+
+
+def _owner(task: str, procs: Collection[str]) -> str | None:
+    """The process a task label belongs to: ``P``, ``P/name`` or ``P/name#2``."""
+    owners = [p for p in procs if task == p or task.startswith((p + "/", p + "#"))]
+    return owners[0] if len(owners) == 1 else None
+
+
+def _operation(op: str, proc: str, stores: Collection[str]) -> Access | None:
+    if op.startswith("send(") and op.endswith(")"):
+        return Access("send", proc=proc, dest=op[5:-1])
+    if op == "run" or op.startswith("call:"):
+        return GLOBAL
+    readings = []
+    for store in stores:
+        if not op.startswith(store + "."):
+            continue
+        m = _STORE_OP.fullmatch(op, len(store) + 1)
+        if m is not None:
+            name, arg = m.groups()
+            readings.append(Access("store", proc=proc, store=store, key=arg,
+                                   write=name in _WRITES, prefix=name == "scan"))
+    return readings[0] if len(readings) == 1 else None

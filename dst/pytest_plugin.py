@@ -1,0 +1,138 @@
+"""dst's pytest plugin: every pinned trace is a test, and ``@pytest.mark.dst`` checks seeds.
+
+Installed with dst (the ``pytest11`` entry point), so a project that pins traces
+with ``dst pin`` gets them replayed by a plain ``pytest``:
+
+- Every ``*.jsonl`` in the directories of the ini option ``dst_traces``
+  (default ``traces/regressions``, relative to the rootdir) is a test item,
+  ``<trace>::identical``: its replay must reproduce it exactly
+  (:func:`dst.testing.check_pinned`).  With ``--dst-fixed`` the item is
+  ``<trace>::fixed`` and the run, following the recorded choices where they
+  still apply, must pass: the way to confirm a fix before removing its pin.
+- ``@pytest.mark.dst("counter", seeds=200, cas=True)`` runs the seeds before the
+  test body (:func:`dst.testing.check_seeds`); the test fails at the first seed
+  that breaks a check, with its story and replay command.
+
+Pinned traces are added when pytest collects its default paths (no path given on
+the command line), and whenever a path given reaches one (``pytest
+traces/regressions``); ``pytest tests/test_x.py`` runs just that file.  The
+testing API (and with it the kernel) is imported only when a pinned trace or a
+marked test runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Where pinned traces are looked for when ``dst_traces`` is not set.
+DEFAULT_DIRS = ("traces/regressions",)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dst", "dst: deterministic simulation testing")
+    group.addoption(
+        "--dst-fixed", action="store_true", default=False,
+        help="pinned traces must pass after their fix: follow the recorded choices where "
+             "they still apply and require no violation (default: replay identically)")
+    parser.addini(
+        "dst_traces", type="paths", default=[],
+        help=f"directories whose *.jsonl pinned traces run as tests (default: "
+             f"{', '.join(DEFAULT_DIRS)})")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "dst(scenario, seeds=500, config=None, **switches): run the seeds of a dst scenario "
+        "before the test; fail at the first seed that breaks a check")
+
+
+def _trace_dirs(config: pytest.Config) -> list[Path]:
+    configured = config.getini("dst_traces")
+    dirs = configured or [config.rootpath / d for d in DEFAULT_DIRS]
+    return [Path(d).resolve() for d in dirs]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix == ".jsonl" and file_path.parent.resolve() in _trace_dirs(parent.config):
+        return PinnedTraceFile.from_parent(parent, path=file_path)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: pinned traces can be selected
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        return  # paths given: pytest_collect_file found whatever pinned trace they reach
+    seen = {item.path.resolve() for item in items if isinstance(item, PinnedTrace)}
+    for directory in _trace_dirs(config):
+        for path in sorted(directory.glob("*.jsonl")):
+            if path.resolve() not in seen:
+                items.extend(PinnedTraceFile.from_parent(session, path=path).collect())
+
+
+class PinnedTraceFile(pytest.File):
+    """A pinned trace file: one item, replayed identically or checked after the fix."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        fixed = bool(self.config.getoption("dst_fixed"))
+        yield PinnedTrace.from_parent(self, name="fixed" if fixed else "identical", fixed=fixed)
+
+
+class PinnedTrace(pytest.Item):
+    def __init__(self, *, fixed: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fixed = fixed
+
+    def runtest(self) -> None:
+        from dst.testing import check_pinned
+
+        check_pinned(_shown(self.path), fixed=self.fixed)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> Any:
+        """The replay's own words (what differed, or what still fails), not a traceback
+        through the plugin."""
+        if isinstance(excinfo.value, AssertionError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        how = "after the fix" if self.fixed else "replayed identically"
+        return self.path, None, f"pinned trace {self.path.name}, {how}"
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the working directory when below it: messages stay short."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """A test marked ``dst`` runs its seeds first; a failing seed fails the test."""
+    marker = item.get_closest_marker("dst")
+    if marker is None:
+        return
+    from dst.testing import check_seeds
+
+    kwargs = dict(marker.kwargs)
+    args = list(marker.args)
+    scenario = kwargs.pop("scenario", args.pop(0) if args else None)
+    if scenario is None or args:
+        pytest.fail(f"{item.nodeid}: @pytest.mark.dst takes a scenario, then keywords "
+                    "(seeds=..., config=..., switch=value): @pytest.mark.dst('counter', "
+                    "seeds=200)", pytrace=False)
+    try:
+        check_seeds(scenario, **kwargs)
+        failure = None
+    except AssertionError as exc:
+        failure = str(exc)
+    if failure is not None:  # outside the except: the message alone, not a chain of two
+        pytest.fail(failure, pytrace=False)

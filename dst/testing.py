@@ -1,0 +1,416 @@
+"""Testing with dst from pytest (or any test runner): seeds of a scenario, and pinned traces.
+
+Two promises a project wants its test suite to keep:
+
+- **A scenario holds over many seeds.**  :func:`check_seeds` runs seeds of a
+  scenario and, at the first one that breaks a check, writes its trace and
+  raises ``AssertionError`` with the story of that run and the one command that
+  replays it; otherwise it returns a summary.
+- **A bug once found stays found, or stays fixed.**  A *pinned* trace is a
+  failing trace kept in the repository (``dst pin`` puts it under
+  ``traces/regressions/``), with a note and, for a scenario that is not a
+  shipped one, where its scenario lives.  :func:`check_pinned` replays it: by
+  default it must reproduce *exactly* (every record byte for byte, the same
+  verdict); with ``fixed=True`` the run follows the recorded choices where they
+  still apply (``dst.explore.follow.Follow``) and must now pass.  dst's pytest
+  plugin (``dst/pytest_plugin.py``) makes every pinned trace a test item.
+
+A pin is two files: ``NAME.jsonl``, the trace as ``dst run`` wrote it, and
+``NAME.json`` beside it, ``{"note": ..., "scenario": ...}``, where
+``scenario`` is null for a shipped scenario and otherwise the file (relative to
+the pin's directory, so the pin works from any working directory) or the
+module that defines it.
+
+A trace names the hash seed it was recorded under, and a run that iterates a
+set of strings depends on it; a test runner runs under a random one.  A pinned
+trace recorded under another hash seed than this process's is therefore
+checked in a child interpreter started under the recorded one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import DivergenceError, DstError, UsageError
+from .registry import is_shipped, load
+from .runner.single import RunResult, replay_trace, run_seeds
+from .scenario import Scenario
+from .trace.codec import read_trace, write_trace
+from .trace.escape import visible
+from .trace.model import Trace, current_hash_seed
+from .trace.render import format_time, replay_line, story
+
+__all__ = [
+    "DEFAULT_OUT",
+    "DEFAULT_PIN_DIR",
+    "Pin",
+    "SeedsChecked",
+    "check_pinned",
+    "check_seeds",
+    "pin_trace",
+    "pinned_traces",
+    "read_pin",
+]
+
+#: Where :func:`check_seeds` writes the trace of a failing seed (as ``dst run`` does).
+DEFAULT_OUT = Path("traces") / "failures"
+#: Where ``dst pin`` puts pinned traces, and where the pytest plugin looks by default.
+DEFAULT_PIN_DIR = Path("traces") / "regressions"
+
+#: Seeds run between two looks for a failure: a failing seed stops the search soon.
+_BATCH = 50
+#: Story lines an assertion message tells; a longer story keeps its end.
+_STORY_LINES = 40
+#: A pin's name is a file name: no directories, nothing hidden.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+# -- seeds -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeedsChecked:
+    """What :func:`check_seeds` ran when no check broke."""
+
+    scenario: str
+    config: dict[str, Any]
+    runs: int
+    #: Seeds whose run was cut at the scenario's step bound: they broke no
+    #: invariant, but their end-of-run checks never ran.
+    bounded: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        cut = (f"; {len(self.bounded)} cut at the step bound before the end-of-run checks "
+               f"(seeds {', '.join(map(str, self.bounded[:5]))}"
+               f"{', ...' if len(self.bounded) > 5 else ''})" if self.bounded else "")
+        return (f"{self.scenario} [{_config_text(self.config)}]: {self.runs} runs, "
+                f"no violation{cut}")
+
+
+def check_seeds(
+    scenario: Scenario | str,
+    seeds: int | Iterable[int] = range(500),
+    config: Mapping[str, Any] | None = None,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    **switches: Any,
+) -> SeedsChecked:
+    """Run ``seeds`` of ``scenario``; raise ``AssertionError`` at the first that breaks a check.
+
+    ``scenario`` is a shipped name, a ``.py`` file, a module, or a
+    :class:`~dst.Scenario`; ``seeds`` a count (``200`` is seeds 0..199) or any
+    seeds.  ``config`` and keyword ``switches`` set switches with typed values
+    (``cas=False``), checked as a trace header's are; the rest keep their
+    defaults.  The failing seed's trace is written under ``out``
+    (``traces/failures/`` by default) before the error is raised, and the
+    message ends with the command that replays it.
+    """
+    scen, ref = _resolve(scenario)
+    cfg = scen.checked_config({**dict(config or {}), **switches})
+    todo = range(seeds) if isinstance(seeds, int) else seeds
+    where = Path(out if out is not None else DEFAULT_OUT)
+    runs, bounded = 0, []
+
+    def run(batch: list[int]) -> None:
+        nonlocal runs
+        results: list[RunResult] = []
+        run_seeds(scen, cfg, batch, results.append)
+        for r in results:
+            runs += 1
+            if r.ended == "bound":
+                bounded.append(r.seed)
+            if r.violated:
+                trace = r.trace()
+                path = write_trace(trace, where / f"{scen.name}-{r.seed}.jsonl")
+                raise AssertionError(_failure(trace, path, ref, runs))
+
+    batch: list[int] = []
+    for seed in todo:
+        batch.append(seed)
+        if len(batch) == _BATCH:
+            run(batch)
+            batch = []
+    if batch:
+        run(batch)
+    return SeedsChecked(scen.name, cfg, runs, tuple(bounded))
+
+
+def _failure(trace: Trace, path: Path, ref: str | None, runs: int) -> str:
+    """The first failure told as ``dst run`` tells it: what broke, the story, the replay."""
+    h = trace.header
+    vio = next(r for r in trace.records if r["type"] == "violation")
+    lines = story(trace)
+    shown = lines[-_STORY_LINES:]
+    width = max([len(actor) for _, _, actor, _ in shown] + [8])
+    out = [visible(f"{h['scenario']} [{_config_text(h['config'])}]: {vio['invariant']} "
+                   f"violated (seed {h['seed']}, the {_ordinal(runs)} seed run; step "
+                   f"{vio['step']}, virtual {format_time(vio['t'])}): {vio['message']}"),
+           f"  story ({len(lines)} lines, {trace.footer.get('steps')} steps"
+           + (f"; the last {len(shown)} shown" if len(shown) < len(lines) else "") + "):"]
+    first = len(lines) - len(shown) + 1
+    out += [f"    {n:>3}  {t}  {actor:<{width}}  {text}"
+            for n, (_, t, actor, text) in enumerate(shown, first)]
+    out += [f"  trace:  {path}", f"  replay: {replay_line(str(path), ref)}"]
+    return "\n".join(out)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _config_text(config: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                    for k, v in config.items())
+
+
+def _resolve(scenario: Scenario | str) -> tuple[Scenario, str | None]:
+    """The scenario, and how ``dst replay --scenario`` finds it (None: a shipped name)."""
+    if isinstance(scenario, str):
+        return load(scenario), None if is_shipped(scenario) else scenario
+    if is_shipped(scenario.name) and load(scenario.name) is scenario:
+        return scenario, None
+    for module in list(sys.modules.values()):
+        if getattr(module, "scenario", None) is scenario:
+            path = getattr(module, "__file__", None)
+            return scenario, str(path) if path else module.__name__
+    return scenario, None
+
+
+# -- pins --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A pinned trace: its file, the note it was pinned with, where its scenario lives."""
+
+    path: Path
+    note: str = ""
+    #: The scenario's file or module when it is not a shipped one (a file as a path
+    #: usable from here), else None.
+    scenario: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    @property
+    def sidecar(self) -> Path:
+        return self.path.with_suffix(".json")
+
+
+def read_pin(path: str | os.PathLike[str]) -> Pin:
+    """The pin of the trace at ``path``: its sidecar's note and scenario, if it has one."""
+    trace_path = Path(path)
+    sidecar = trace_path.with_suffix(".json")
+    if not sidecar.is_file():
+        return Pin(trace_path)
+    try:
+        doc = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{sidecar}: not a readable pin note ({exc}); fix or remove it") \
+            from None
+    note, ref = (doc.get("note", ""), doc.get("scenario")) if isinstance(doc, dict) \
+        else (None, None)
+    if not isinstance(note, str) or not (ref is None or isinstance(ref, str)):
+        raise UsageError(f"{sidecar}: a pin note is {{\"note\": text, \"scenario\": "
+                         "null or text}; fix or remove it")
+    if ref is not None and ref.endswith(".py") and not os.path.isabs(ref):
+        ref = os.path.normpath(trace_path.parent / ref)
+    return Pin(trace_path, note, ref)
+
+
+def pinned_traces(*directories: str | os.PathLike[str]) -> list[Pin]:
+    """Every pinned trace (``*.jsonl``) in ``directories`` (default ``traces/regressions``),
+    in name order; a directory that does not exist holds none."""
+    found: list[Pin] = []
+    for directory in directories or (DEFAULT_PIN_DIR,):
+        found += [read_pin(p) for p in sorted(Path(directory).glob("*.jsonl"))]
+    return found
+
+
+def check_pinned(pin: Pin | str | os.PathLike[str], *, fixed: bool = False,
+                 out: str | os.PathLike[str] | None = None, _here: bool = False) -> str:
+    """Replay a pinned trace; raise ``AssertionError`` when it no longer holds.
+
+    By default the replay must be identical: every record byte for byte, so the
+    recorded verdict too.  With ``fixed``, the run follows the recorded choices
+    where they are still enabled (elsewhere the calm default) and must pass:
+    the bug it pinned is fixed; when it does not, its trace is written under
+    ``out`` (``traces/failures/`` by default) as ``NAME-after-fix.jsonl``.
+    Returns one line saying what held.
+    """
+    p = pin if isinstance(pin, Pin) else read_pin(pin)
+    try:
+        trace = read_trace(p.path)
+        scenario = _pinned_scenario(p, trace)
+    except DstError as err:
+        raise AssertionError(" ".join(str(err).split())) from None
+    recorded = trace.header.get("hash_seed")
+    where = Path(out if out is not None else DEFAULT_OUT)
+    if isinstance(recorded, int) and recorded != current_hash_seed() and not _here:
+        return _check_in_child(p, fixed, where, recorded)
+    ok, message = _after_fix(p, trace, scenario, where) if fixed else \
+        _identical(p, trace, scenario)
+    if not ok:
+        raise AssertionError(message)
+    return message
+
+
+def _pinned_scenario(pin: Pin, trace: Trace) -> Scenario:
+    name = trace.header["scenario"]
+    if pin.scenario is None:
+        if not is_shipped(name):
+            raise UsageError(
+                f"{pin.path} is a trace of scenario {name!r}, which is not a shipped one, and "
+                f"its pin does not say where it lives; pin it again with --scenario FILE.py")
+        return load(name)
+    scenario = load(pin.scenario)
+    if scenario.name != name:
+        raise UsageError(f"{pin.scenario} defines scenario {scenario.name!r}, but {pin.path} "
+                         f"is a trace of {name!r}")
+    return scenario
+
+
+def _identical(pin: Pin, trace: Trace, scenario: Scenario) -> tuple[bool, str]:
+    result = replay_trace(scenario, trace)
+    if result.divergence is not None:
+        return False, (f"{pin.path}: {result.divergence}; the code under test (or the "
+                       "scenario) changed since the trace was pinned: if the bug is fixed, "
+                       "check it with --dst-fixed and then remove the pin")
+    vio = visible(", ".join(trace.violated)) or "no invariant"
+    return True, (f"{pin.path}: identical, {len(trace.records)} records replayed byte for "
+                  f"byte ({vio} violated again)")
+
+
+def _after_fix(pin: Pin, trace: Trace, scenario: Scenario, out: Path) -> tuple[bool, str]:
+    from .explore.follow import Follow  # the exploring package is needed only here
+    from .runner.single import plan_from_dict
+
+    config = scenario.checked_config(trace.header["config"])
+    recorded = trace.header.get("faults")
+    plan = scenario.fault_plan(config)
+    if isinstance(recorded, dict) and recorded != plan.as_dict():
+        plan = plan_from_dict(recorded)
+    follow = Follow(trace.decisions)
+    results: list[RunResult] = []
+    run_seeds(scenario, config, [int(trace.header["seed"])], results.append,
+              strategy=lambda _seed: follow, faults=plan)
+    result = results[0]
+    applied = (f"{follow.followed} of {len(trace.decisions)} recorded choices still applied, "
+               f"{follow.defaulted} steps took the default")
+    if result.violated or result.ended == "bound":
+        what = (f"{', '.join(result.violated)} violated" if result.violated
+                else f"cut at the step bound ({result.steps} steps)")
+        path = write_trace(result.trace(), out / f"{pin.name}-after-fix.jsonl")
+        return False, visible(f"{pin.path}: still fails after the fix: {what} ({applied}); "
+                              f"see it with: dst show {path}")
+    return True, f"{pin.path}: passes after the fix ({applied})"
+
+
+def _check_in_child(pin: Pin, fixed: bool, out: Path, hash_seed: int) -> str:
+    """:func:`check_pinned` in a fresh interpreter under the trace's hash seed."""
+    job = json.dumps({"path": str(pin.path), "note": pin.note, "scenario": pin.scenario,
+                      "fixed": fixed, "out": str(out)})
+    env = dict(os.environ, PYTHONHASHSEED=str(hash_seed))
+    done = subprocess.run(
+        [sys.executable, "-c", "from dst.testing import _child; _child()", job],
+        capture_output=True, text=True, env=env, check=False)
+    lines = done.stdout.strip().splitlines()
+    try:
+        ok, message = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        tail = " ".join(done.stderr.strip().splitlines()[-3:])
+        raise AssertionError(f"{pin.path}: the replay under hash seed {hash_seed} "
+                             f"stopped without a verdict: {visible(tail)}") from None
+    if not ok:
+        raise AssertionError(message)
+    return str(message)
+
+
+def _child() -> None:
+    """The child's side of :func:`_check_in_child`: one JSON line, ``[ok, message]``."""
+    job = json.loads(sys.argv[1])
+    pin = Pin(Path(job["path"]), job["note"], job["scenario"])
+    try:
+        # _here: even if the interpreter ignored PYTHONHASHSEED, never start another.
+        print(json.dumps([True, check_pinned(pin, fixed=job["fixed"], out=job["out"],
+                                             _here=True)]))
+    except AssertionError as exc:
+        print(json.dumps([False, str(exc)]))
+
+
+# -- pinning -----------------------------------------------------------------------------
+
+
+def pin_trace(
+    trace_path: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    note: str = "",
+    directory: str | os.PathLike[str] = DEFAULT_PIN_DIR,
+    scenario: str | None = None,
+) -> tuple[Pin, bool]:
+    """Copy a failing trace into the regression corpus; ``(pin, False)`` if already there.
+
+    Refused (``UsageError``, one line): a passing trace, a scenario that cannot be
+    found, a name that is not a plain file name, a name already taken by another
+    trace.  A trace that does not replay identically here is refused too
+    (``DivergenceError``): a pin that cannot reproduce its bug guards nothing.
+    """
+    source = Path(trace_path)
+    trace = read_trace(source)
+    h = trace.header
+    if trace.footer.get("verdict") != "fail":
+        raise UsageError(f"{trace_path} passed (nothing violated); only a failing trace is "
+                         "pinned: dst run writes those under traces/failures/")
+    pin_name = name if name is not None else f"{h['scenario']}-{h['seed']}"
+    if not _NAME.fullmatch(pin_name):
+        raise UsageError(f"--name {visible(pin_name)!r} is not a plain file name; use "
+                         "letters, digits, '.', '_' and '-' (e.g. bank-overdraft)")
+    folder = Path(directory)
+    target = folder / f"{pin_name}.jsonl"
+    if target.is_file():
+        if target.read_bytes() == source.read_bytes():
+            return read_pin(target), False
+        raise UsageError(f"{target} already holds another trace; choose another --name")
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--dir {folder} is a file, not a directory")
+    pin = Pin(source, note, scenario)
+    try:
+        _pinned_scenario(pin, trace)
+        check_pinned(pin)
+    except AssertionError as exc:
+        raise DivergenceError(f"{exc}; a pin must reproduce its bug exactly, so it was "
+                              "not pinned") from None
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    stored = scenario
+    if scenario is not None and scenario.endswith(".py"):
+        stored = os.path.relpath(os.path.abspath(scenario), os.path.abspath(folder))
+    sidecar = {"note": note, "scenario": stored}
+    target.with_suffix(".json").write_text(
+        json.dumps(sidecar, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+        encoding="utf-8")
+    return read_pin(target), True
+
+
+def replay_command(path: str, trace: Trace) -> str:
+    """The command that replays the trace at ``path``: with ``--scenario`` from its pin's
+    note, or a placeholder to fill when its scenario is not a shipped one."""
+    try:
+        ref = read_pin(path).scenario
+    except DstError:
+        ref = None
+    if ref is None and not is_shipped(str(trace.header["scenario"])):
+        ref = "SCENARIO_FILE.py"
+    return replay_line(path, ref)

@@ -1,0 +1,548 @@
+"""Bounded exhaustive exploration (`dst explore`): proofs within bounds, shortest traces."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from click.testing import CliRunner
+
+from dst import Env, FaultPlan, Scenario, Sim
+from dst.cli import main
+from dst.errors import DivergenceError
+from dst.explore.exhaustive import Bounds, Exploration, explore, record
+from dst.explore.independence import Independence
+from dst.registry import load
+from dst.runner.single import replay_trace
+
+NO_PREEMPTION = FaultPlan(preemptions=0)
+
+
+def counter(**switches: str) -> tuple[Scenario, dict[str, Any]]:
+    scenario = load("counter")
+    return scenario, scenario.config({"workers": "2", "increments": "2", **switches})
+
+
+def summary(result: Exploration) -> tuple[Any, ...]:
+    return (result.schedules, dict(result.ended), result.pruned_branches, result.max_depth,
+            result.states, {n: (v.decisions, v.schedules) for n, v in result.violations.items()})
+
+
+# -- a two-process bug that needs one interleaving ------------------------------------------
+
+
+@dataclass
+class Flags:
+    db: Any
+    #: What the reader saw: (flag, data) once it read both.
+    seen: list[tuple[Any, Any]] = field(default_factory=list)
+    #: Where each process is, for the fingerprint: steps taken so far.
+    steps: dict[str, int] = field(default_factory=dict)
+
+
+flags = Scenario("flags", doc="a writer raises a flag before its data is written",
+                 faults=NO_PREEMPTION)
+flags.switch("ordered", False, doc="write the data before the flag")
+
+
+@flags.setup
+def _flags_setup(sim: Sim, config: dict[str, Any]) -> Flags:
+    world = Flags(sim.store("db"))
+
+    async def aux(env: Env) -> None:  # busy elsewhere: first in label order, never involved
+        for i in range(2):
+            await env.store.put(f"aux/{i}", i)
+            world.steps["aux"] = i + 1
+
+    async def writer(env: Env) -> None:
+        keys = ["data", "flag"] if config["ordered"] else ["flag", "data"]
+        for n, key in enumerate(keys):
+            await env.store.put(key, 42 if key == "data" else 1)
+            world.steps["writer"] = n + 1
+
+    async def reader(env: Env) -> None:
+        flag = await env.store.get("flag")
+        world.steps["reader"] = 1
+        if flag:
+            data = await env.store.get("data")
+            world.seen.append((flag, data))
+        world.steps["reader"] = 2
+
+    sim.process("aux", aux, stores=["db"])
+    sim.process("writer", writer, stores=["db"])
+    sim.process("reader", reader, stores=["db"])
+    return world
+
+
+@flags.invariant("NoTornRead")
+def _no_torn_read(world: Flags) -> bool | str:
+    for _flag, data in world.seen:
+        if data != 42:
+            return f"the reader saw the flag up and the data {data}"
+    return True
+
+
+@flags.fingerprint
+def _flags_state(world: Flags) -> Any:
+    return [sorted(world.steps.items()), world.seen]
+
+
+def test_a_bug_that_needs_one_interleaving_is_found_with_its_shortest_trace() -> None:
+    result = explore(flags, flags.config(), Bounds(max_steps=50))
+    assert result.exhausted
+    v = result.violations["NoTornRead"]
+    # The flag, then the reader's two reads: the helper process takes no part.
+    assert [labels[i] for labels, i in v.decisions] == [
+        "writer@db.put(flag)", "reader@db.get(flag)", "reader@db.get(data)"]
+    assert v.message == "the reader saw the flag up and the data None"
+
+
+def test_the_shortest_trace_replays_identically() -> None:
+    result = explore(flags, flags.config(), Bounds(max_steps=50))
+    run = record(flags, result, result.violations["NoTornRead"])
+    trace = run.trace()
+    assert trace.violated == ["NoTornRead"] and len(trace.decisions) == 3
+    assert replay_trace(flags, trace).divergence is None
+
+
+def test_a_trace_found_with_faults_off_replays_under_a_scenario_with_faults() -> None:
+    crashing = dataclasses.replace(flags, faults=FaultPlan(max_crashes=1, max_drops=1))
+    result = explore(crashing, crashing.config(), Bounds(max_steps=50))
+    trace = record(crashing, result, result.violations["NoTornRead"]).trace()
+    assert trace.header["faults"]["max_crashes"] == 0
+    assert replay_trace(crashing, trace).divergence is None
+
+
+def test_the_correct_order_is_proven_within_the_bounds() -> None:
+    result = explore(flags, flags.config({"ordered": "true"}), Bounds(max_steps=50))
+    assert result.proof and not result.violations
+    assert result.verdict("NoTornRead") == ("holds", True)
+    assert "proven within these bounds" in result.statement()
+
+
+def test_reduction_runs_fewer_schedules_with_the_same_verdicts() -> None:
+    for ordered in ("false", "true"):
+        config = flags.config({"ordered": ordered})
+        reduced = explore(flags, config, Bounds(max_steps=50))
+        plain = explore(flags, config, Bounds(max_steps=50), por=False)
+        assert reduced.schedules < plain.schedules
+        assert {n: v.steps for n, v in reduced.violations.items()} == {
+            n: v.steps for n, v in plain.violations.items()}
+
+
+def test_states_are_counted_and_pruning_them_keeps_the_verdict() -> None:
+    config = flags.config({"ordered": "true"})
+    for por in (False, True):
+        full = explore(flags, config, Bounds(max_steps=50), por=por)
+        pruned = explore(flags, config, Bounds(max_steps=50), por=por, prune_states=True)
+        assert full.states is not None and full.states == pruned.states
+        assert pruned.proof and not pruned.violations
+        assert pruned.schedules <= full.schedules
+    # Without reduction, reorderings of independent steps meet again in one state.
+    assert pruned.ended["state"] >= 0
+    plain = explore(flags, config, Bounds(max_steps=50), por=False, prune_states=True)
+    assert plain.ended["state"] > 0
+    assert plain.schedules < explore(flags, config, Bounds(max_steps=50), por=False).schedules
+    bug = explore(flags, flags.config(), Bounds(max_steps=50), prune_states=True)
+    assert bug.violations["NoTornRead"].steps == 3
+
+
+def test_exploration_is_deterministic() -> None:
+    scenario, config = counter(cas="false")
+    first = explore(scenario, config, Bounds(max_steps=40))
+    again = explore(scenario, config, Bounds(max_steps=40))
+    assert summary(first) == summary(again)
+    bug = explore(flags, flags.config(), Bounds(max_steps=50), prune_states=True)
+    assert summary(bug) == summary(
+        explore(flags, flags.config(), Bounds(max_steps=50), prune_states=True))
+
+
+# -- counter: the acceptance shape, small -----------------------------------------------------
+
+
+def test_counter_with_cas_is_proven_and_reduction_saves_schedules() -> None:
+    scenario, config = counter(increments="1")
+    reduced = explore(scenario, config, Bounds(max_steps=40))
+    plain = explore(scenario, config, Bounds(max_steps=40), por=False)
+    assert reduced.proof and plain.proof
+    assert reduced.verdict("NoLostIncrement") == ("holds", True)
+    assert reduced.schedules < plain.schedules
+    assert reduced.pruned_branches > 0 and plain.pruned_branches == 0
+
+
+def test_counter_with_a_blind_put_is_found_with_the_shortest_lost_update() -> None:
+    scenario, config = counter(cas="false")
+    result = explore(scenario, config, Bounds(max_steps=40))
+    v = result.violations["NoLostIncrement"]
+    # Both read 0, then two puts of 1: the second acknowledges a lost increment.
+    assert [labels[i].partition("@")[2] for labels, i in v.decisions] == [
+        "db.get(n)", "db.get(n)", "db.put(n)", "db.put(n)"]
+    assert result.verdict("NoLostIncrement") == ("violated", True)
+
+
+# -- bounds -------------------------------------------------------------------------------
+
+
+def test_a_run_cut_at_the_step_bound_is_reported_as_no_proof() -> None:
+    scenario, config = counter()
+    result = explore(scenario, config, Bounds(max_steps=5))
+    assert result.exhausted and result.cut > 0 and not result.proof
+    assert result.verdict("NoLostIncrement") == ("not violated", False)
+    assert "cut at 5 steps" in result.caveat("NoLostIncrement")
+    assert "not for the unbounded system" in result.statement()
+
+
+def test_a_search_stopped_by_its_schedule_budget_is_no_proof() -> None:
+    scenario, config = counter()
+    result = explore(scenario, config, Bounds(max_steps=40, max_schedules=10))
+    assert result.schedules == 10 and not result.exhausted and result.stopped == "max_schedules"
+    assert result.verdict("NoLostIncrement") == ("not violated", False)
+    assert result.statement().startswith("not a proof")
+
+
+def test_a_check_masked_by_another_violation_is_not_proven() -> None:
+    scenario = Scenario("masked", doc="two checks, the first always breaks first",
+                        faults=NO_PREEMPTION)
+
+    @scenario.setup
+    def setup(sim: Sim, config: dict[str, Any]) -> Any:
+        db = sim.store("db")
+
+        async def p(env: Env) -> None:
+            await env.store.put("x", 1)
+
+        sim.process("p", p, stores=["db"])
+        return db
+
+    scenario.invariant("First")(lambda db: db.peek("x") is None)
+    scenario.invariant("Second")(lambda db: True)
+    result = explore(scenario, scenario.config(), Bounds(max_steps=10))
+    assert result.verdict("First") == ("violated", True)
+    assert result.verdict("Second") == ("not violated", False)
+    assert "--invariant Second" in result.caveat("Second")
+
+
+# -- what the reduction must never lose ----------------------------------------------------
+
+
+def test_a_state_only_the_second_order_passes_through_is_checked() -> None:
+    """Two independent writes: the invariant breaks only between them, in one order.
+
+    Persistent-set reductions keep one order of independent steps and would never
+    pass through that state; sleep sets visit every reachable state.
+    """
+    scenario = Scenario("order", doc="y must never be set before x", faults=NO_PREEMPTION)
+
+    @scenario.setup
+    def setup(sim: Sim, config: dict[str, Any]) -> Any:
+        db = sim.store("db")
+        for name, key in (("a", "x"), ("b", "y")):
+            async def main(env: Env, key: str = key) -> None:
+                await env.store.put(key, 1)
+
+            sim.process(name, main, stores=["db"])
+        return db
+
+    scenario.invariant("XBeforeY")(
+        lambda db: not (db.peek("y") is not None and db.peek("x") is None))
+    result = explore(scenario, scenario.config(), Bounds(max_steps=10))
+    assert [labels[i] for labels, i in result.violations["XBeforeY"].decisions] == ["b@db.put(y)"]
+
+
+def test_an_eventually_property_turns_reduction_off() -> None:
+    """Met the first time it holds: in one order of two independent writes it holds in
+    between, in the other order never, so reordering them is not harmless."""
+    scenario = Scenario("between", doc="x alone must show at some point",
+                        faults=NO_PREEMPTION)
+
+    @scenario.setup
+    def setup(sim: Sim, config: dict[str, Any]) -> Any:
+        db = sim.store("db")
+        for name, key in (("a", "x"), ("b", "y")):
+            async def main(env: Env, key: str = key) -> None:
+                await env.store.put(key, 1)
+
+            sim.process(name, main, stores=["db"])
+        return db
+
+    scenario.eventually("XAlone", within=10)(
+        lambda db: db.peek("x") is not None and db.peek("y") is None)
+    result = explore(scenario, scenario.config(), Bounds(max_steps=10))
+    assert result.por is False and "eventually" in (result.no_reduction or "")
+    assert [labels[i] for labels, i in result.violations["XAlone"].decisions] == [
+        "b@db.put(y)", "a@db.put(x)", "timer@10.000"]
+
+
+def mixed(seen: set[Any]) -> Scenario:
+    """Store operations on shared and private keys, a scan, sends, deliveries: a checker
+    that records every state it is shown, and never fails."""
+    scenario = Scenario("mixed", doc="every kind of step the relation reasons about",
+                        faults=NO_PREEMPTION)
+
+    @scenario.setup
+    def setup(sim: Sim, config: dict[str, Any]) -> Any:
+        db = sim.store("db")
+        progress: dict[str, Any] = {}
+
+        async def a(env: Env) -> None:
+            await env.store.put("x", 1)
+            progress["a"] = await env.store.get("y")
+            await env.net.send("c", "from a")
+
+        async def b(env: Env) -> None:
+            await env.store.put("y", 2)
+            progress["b"] = [k for k, _ in await env.store.scan("")]
+            await env.net.send("c", "from b")
+            await env.store.put("b/done", 1)
+
+        async def c(env: Env) -> None:
+            got = []
+            while True:
+                got.append((await env.net.recv()).body)
+                progress["c"] = list(got)
+                await env.store.put(f"c/{len(got)}", got[-1])
+
+        sim.process("a", a, stores=["db"])
+        sim.process("b", b, stores=["db"])
+        sim.process("c", c, stores=["db"], idle=True)
+        return db, progress
+
+    def record_state(world: Any) -> bool:
+        db, progress = world
+        seen.add(json.dumps([db.snapshot(), progress], sort_keys=True))
+        return True
+
+    scenario.invariant("Seen")(record_state)
+    return scenario
+
+
+@pytest.mark.parametrize("drops", [0, 1])
+def test_reduction_visits_every_state_plain_search_visits(drops: int) -> None:
+    reduced: set[Any] = set()
+    plain: set[Any] = set()
+    bounds = Bounds(max_steps=40, drops=drops)
+    r = explore(mixed(reduced), {}, bounds)
+    p = explore(mixed(plain), {}, bounds, por=False)
+    assert r.proof and p.proof and r.schedules < p.schedules
+    assert reduced == plain
+
+
+def test_a_race_across_a_checkpoint_needs_a_preemption() -> None:
+    scenario = Scenario("checkpoint", doc="check, yield, act", faults=NO_PREEMPTION)
+
+    @scenario.setup
+    def setup(sim: Sim, config: dict[str, Any]) -> Any:
+        paid: list[str] = []
+
+        async def bank(env: Env) -> None:
+            balance = {"left": 100}
+
+            async def withdraw(who: str) -> None:
+                await env.store.get("balance")  # parked: resumed one at a time
+                if balance["left"] >= 80:
+                    await trio.sleep(0)
+                    balance["left"] -= 80
+                    paid.append(who)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(withdraw, "t1", name="t1")
+                nursery.start_soon(withdraw, "t2", name="t2")
+
+        sim.store("db")
+        sim.process("bank", bank, stores=["db"])
+        return paid
+
+    scenario.invariant("NoOverdraft")(lambda paid: len(paid) <= 1 or "paid twice")
+    calm = explore(scenario, scenario.config(), Bounds(max_steps=20))
+    assert calm.proof and not calm.violations
+    for por in (True, False):
+        preempted = explore(scenario, scenario.config(), Bounds(max_steps=20, preemptions=1),
+                            por=por)
+        assert "NoOverdraft" in preempted.violations
+
+
+def test_a_data_choice_is_explored() -> None:
+    scenario = Scenario("choice", doc="a fake answers one of three ways", faults=NO_PREEMPTION)
+
+    @scenario.setup
+    def setup(sim: Sim, config: dict[str, Any]) -> Any:
+        got: list[str] = []
+
+        def oracle(op: str, request: Any) -> Any:
+            return sim.choose("oracle", ["yes", "no", "maybe"])
+
+        async def asker(env: Env) -> None:
+            got.append(await env.services.call("oracle", "ask", {}))
+
+        sim.service("oracle", oracle)
+        sim.process("asker", asker)
+        return got
+
+    scenario.invariant("NoMaybe")(lambda got: "maybe" not in got)
+    result = explore(scenario, scenario.config(), Bounds(max_steps=10))
+    assert result.schedules == 3 and result.exhausted
+    assert [labels[i] for labels, i in result.violations["NoMaybe"].decisions][-1] \
+        == "oracle:maybe"
+
+
+def test_crashes_are_explored_within_their_budget() -> None:
+    config = flags.config({"ordered": "true"})
+    calm = explore(flags, config, Bounds(max_steps=30))
+    crashing = explore(flags, config, Bounds(max_steps=30, crashes=1))
+    assert crashing.schedules > calm.schedules and crashing.proof
+    assert crashing.plan.max_crashes == 1 and calm.plan.max_crashes == 0
+
+
+def test_a_scenario_that_does_not_repeat_itself_is_reported_not_explored() -> None:
+    scenario = Scenario("leaky", doc="remembers the runs before it", faults=NO_PREEMPTION)
+    runs: list[int] = []
+
+    @scenario.setup
+    def setup(sim: Sim, config: dict[str, Any]) -> Any:
+        runs.append(1)
+        db = sim.store("db")
+
+        async def p(env: Env) -> None:
+            await env.store.get("a")
+            await env.store.put(f"run/{len(runs)}", 1)  # another key every run
+
+        sim.process("p", p, stores=["db"])
+        sim.process("q", p, stores=["db"])
+        return db
+
+    with pytest.raises(DivergenceError, match="leaky does not repeat itself"):
+        explore(scenario, scenario.config(), Bounds(max_steps=10))
+
+
+# -- the independence relation -------------------------------------------------------------
+
+
+def relation() -> Independence:
+    return Independence(lambda: ["p", "q", "conn-1"], lambda: ["db", "log"])
+
+
+@pytest.mark.parametrize(("a", "b", "independent"), [
+    ("p@db.put(x)", "q@db.put(y)", True),            # different keys
+    ("p@db.put(x)", "q@db.get(x)", False),           # a write and a read of one key
+    ("p@db.get(x)", "q/t@db.get(x)", True),          # two reads
+    ("p@db.cas(x)", "q@log.put(x)", True),           # different stores
+    ("p@db.scan(a/)", "q@db.put(a/1)", False),       # a scan sees every key under its prefix
+    ("p@db.scan(a/)", "q@db.put(b/1)", True),
+    ("p/t1@db.put(x)", "p/t2@db.put(y)", False),     # tasks of one process share memory
+    ("p@send(q)", "q@db.put(x)", True),
+    ("p@send(conn-1)", "q@send(conn-1)", False),     # one destination
+    ("p@send(conn-1)", "q@send(p)", True),
+    ("deliver:m1(p->q)", "q@db.get(x)", False),      # a delivery runs the receiver
+    ("deliver:m1(p->q)", "p@db.put(x)", True),
+    ("deliver:m1(p->q)", "deliver:m2(p->conn-1)", True),
+    ("deliver:m1(p->q)", "deliver:m2(conn-1->q)", False),
+    ("drop:m1(p->q)", "deliver:m1(p->q)", False),    # one message
+    ("drop:m1(p->q)", "dup:m2(p->q)", False),        # one budget
+    ("drop:m1(p->q)", "q@db.put(x)", True),
+    ("timer@1.000", "p@db.get(x)", False),           # dependent with everything
+    ("crash:p", "q@db.get(x)", False),
+    ("p@call:llm.decide", "q@db.get(x)", False),
+    ("p/t@run", "q@db.get(x)", False),
+    ("x@db.get(x)", "q@db.get(y)", False),           # unknown process: conservative
+    ("p@other.put(x)", "q@db.put(x)", False),        # unknown store: conservative
+])
+def test_independence(a: str, b: str, independent: bool) -> None:
+    rel = relation()
+    assert rel.independent(a, b) is independent
+    assert rel.independent(b, a) is independent
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(main, ["explore", *args])
+
+
+def test_explore_command_proves_and_exits_0(tmp_path: Path) -> None:
+    result = invoke("counter", "-c", "increments=1", "--max-steps", "40", "--compare-dfs",
+                    "--out", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["proof"] is True and doc["exhausted"] is True
+    assert doc["checks"]["NoLostIncrement"] == {"verdict": "holds", "proof": True,
+                                                "caveat": None}
+    assert doc["plain_dfs"]["schedules"] > doc["schedules"]
+    assert doc["bounds"]["max_steps"] == 40 and doc["bounds"]["preemptions"] == 0
+
+
+def test_explore_command_writes_a_trace_dst_replay_reproduces(tmp_path: Path) -> None:
+    result = invoke("counter", "-c", "increments=2", "-c", "cas=false", "--out", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert "NoLostIncrement: VIOLATED, shortest 4 steps" in result.output
+    trace = tmp_path / "counter-explore-NoLostIncrement.jsonl"
+    assert f"replay: dst replay {trace}" in result.output
+    replayed = CliRunner().invoke(main, ["replay", str(trace)])
+    assert replayed.exit_code == 1 and replayed.output.startswith("identical")
+
+
+def test_explore_command_says_a_cut_search_is_no_proof(tmp_path: Path) -> None:
+    result = invoke("counter", "-c", "increments=2", "--max-steps", "5", "--out",
+                    str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "NoLostIncrement: not violated" in result.output
+    assert "not for the unbounded system" in result.output
+
+
+TWO_CHECKS = """
+from dst import Env, FaultPlan, Scenario
+
+scenario = Scenario("two_checks", doc="x, then y", faults=FaultPlan(preemptions=0))
+
+
+@scenario.setup
+def setup(sim, config):
+    db = sim.store("db")
+
+    async def p(env: Env) -> None:
+        await env.store.put("x", 1)
+        await env.store.put("y", 1)
+
+    sim.process("p", p, stores=["db"])
+    return db
+
+
+scenario.invariant("NoX")(lambda db: db.peek("x") is None)
+scenario.invariant("NoY")(lambda db: db.peek("y") is None)
+"""
+
+
+def test_explore_command_says_when_dst_replay_would_stop_at_another_check(
+        tmp_path: Path) -> None:
+    path = tmp_path / "two_checks.py"
+    path.write_text(TWO_CHECKS)
+    out = str(tmp_path / "out")
+    every = invoke(str(path), "--out", out)
+    assert every.exit_code == 1, every.output
+    assert f"replay: dst replay {out}/two_checks-explore-NoX.jsonl --scenario {path}" \
+        in every.output
+    assert "NoY: not violated (1 schedule was stopped at another violation first" in every.output
+    alone = invoke(str(path), "--invariant", "NoY", "--out", out)
+    assert alone.exit_code == 1, alone.output
+    assert "NoY: VIOLATED, shortest 2 steps" in alone.output
+    assert "replay: `dst replay` does not reproduce it (it checks every invariant, " \
+        "not only --invariant's)" in alone.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["counter", "-c", "cass=false"], "counter has no switch 'cass'"),
+    (["counter", "--budget", "soon"], "is not a duration"),
+    (["counter", "--prune-states"], "declares no @scenario.fingerprint"),
+    (["counter", "--invariant", "Nope"], "counter has no invariant 'Nope'"),
+])
+def test_explore_command_bad_input_is_one_line_and_exit_2(args: list[str], message: str,
+                                                         tmp_path: Path) -> None:
+    result = invoke(*args, "--out", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and message in result.output
+    assert result.output.count("\n") == 1
