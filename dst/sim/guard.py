@@ -198,7 +198,9 @@ class _Trap:
         self.__doc__ = getattr(original, "__doc__", None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _DEPTH and (self.reads is None or self.reads(args, kwargs)) \
+        # Only inside a run: between two seeds the runner's own callbacks (a
+        # benchmark timing each seed, a progress display) are not simulated code.
+        if _DEPTH and ACTIVE and (self.reads is None or self.reads(args, kwargs)) \
                 and get_ident() == _GUARDED_THREAD:
             blame = _culprit(sys._getframe(1), self.entry_point)
             if blame is not None:

@@ -429,12 +429,16 @@ class Sim:
         ``TrioInternalError``; a failing invariant or strategy is therefore kept,
         the run stopped, and the error re-raised once ``trio.run`` is unwound.
         """
+        # Everything the hook wakes is the decision itself, never a new choice point.
+        self._releasing = True
         try:
             return self._schedule(deadline)
         except BaseException as exc:
             self.error = exc
             self._stop("error")
             return 0.0
+        finally:
+            self._releasing = False
 
     def _schedule(self, deadline: float) -> float:
         clock = self._clock
@@ -590,11 +594,11 @@ class Sim:
             budgets[link] -= 1
 
     def _perform(self, option: tuple[str, float, int, Any], clock: VirtualClock) -> None:
-        self._releasing = True
+        releasing, self._releasing = self._releasing, True
         try:
             self._perform_option(option, clock)
         finally:
-            self._releasing = False
+            self._releasing = releasing
         if self.calm_at is None and self._eventually:
             self._note_calm()
 
@@ -774,13 +778,13 @@ class Sim:
                 nursery.cancel_scope.cancel()
         # A cancellation does not reach a call parked inside a shielded scope:
         # end those calls too, or the run could never finish.
-        self._releasing = True
+        releasing, self._releasing = self._releasing, True
         try:
             for task in list(self._parked):
                 del self._parked[task]
                 ll.reschedule(task, outcome.Error(RunStopped("the run has stopped")))
         finally:
-            self._releasing = False
+            self._releasing = releasing
         self._end_preemption()
 
     def _bury(self, inc: Incarnation) -> None:

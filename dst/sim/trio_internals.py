@@ -79,8 +79,14 @@ def deterministic_trio() -> Iterator[None]:
         module._ALLOW_DETERMINISTIC_SCHEDULING, module._r = previous
 
 
+_CONTEXT: list[Any] = []
+
+
 def _runq() -> Any:
-    return _run_module().GLOBAL_RUN_CONTEXT.runner.runq
+    """The running trio's run queue (the run context object is looked up once)."""
+    if not _CONTEXT:
+        _CONTEXT.append(_run_module().GLOBAL_RUN_CONTEXT)
+    return _CONTEXT[0].runner.runq
 
 
 def hold(task: trio.lowlevel.Task) -> bool:
