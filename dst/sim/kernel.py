@@ -170,7 +170,8 @@ class Sim:
         self._calling: dict[ll.Task, str] = {}
         self._call_fault: dict[ll.Task, str] = {}
         #: Faults other than crashes and message faults may still be offered.
-        self._more_faults = bool(self.partitions_left or any(self._service_faults.values()))
+        self._more_faults = False
+        self._recount_faults()
         #: ``eventually`` properties: (name, check, within), those not yet seen to
         #: hold since the faults stopped, and when they stopped (None: not yet).
         self._eventually: list[tuple[str, Invariant, float]] = []
@@ -246,8 +247,7 @@ class Sim:
             for kind in list(budgets):
                 if kind not in suffers:
                     del budgets[kind]
-            self._more_faults = bool(
-                self.partitions_left or any(self._service_faults.values()))
+            self._recount_faults()
 
     def invariant(self, name: str, check: Invariant) -> None:
         """``check()`` runs after every step: ``True`` holds; ``False`` or a message breaks it."""
@@ -512,6 +512,11 @@ class Sim:
         self.records.append(("decision", self.step, self.now, "schedule", tuple(labels), index))
         return index
 
+    def _recount_faults(self) -> None:
+        """Whether a partition or a service fault may still be offered (the lean path's test)."""
+        self._more_faults = bool(self.partitions_left or any(
+            any(budgets.values()) for budgets in self._service_faults.values()))
+
     def faults_allowed(self) -> bool:
         """False once the plan's ``faults_until`` has passed: no new fault from then on."""
         until = self.faults.faults_until
@@ -722,15 +727,13 @@ class Sim:
             task, fault = target
             service = self._calling[task]
             self._service_faults[service][fault] -= 1
-            self._more_faults = bool(
-                self.partitions_left or any(any(b.values()) for b in self._service_faults.values()))
+            self._recount_faults()
             self._call_fault[task] = fault
             del self._parked[task]
             ll.reschedule(task)
         elif kind == _PARTITION:
             self.partitions_left -= 1
-            self._more_faults = bool(
-                self.partitions_left or any(any(b.values()) for b in self._service_faults.values()))
+            self._recount_faults()
             self._partition(target)
         elif kind == _RESTART:
             assert self._nursery is not None
