@@ -18,7 +18,8 @@ from typing import Any
 
 from .errors import UsageError
 from .sim.faults import NO_FAULTS, FaultPlan
-from .sim.kernel import DEFAULT_MAX_STEPS, Sim
+from .sim.kernel import Sim
+from .sim.state import DEFAULT_MAX_STEPS
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

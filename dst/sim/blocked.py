@@ -118,3 +118,16 @@ def user_frames(tb: Any, limit: int = 8) -> tuple[str, ...]:
             out.append(f"{os.path.basename(code.co_filename)}:{tb.tb_lineno} in {code.co_name}")
         tb = tb.tb_next
     return tuple(out[-limit:])
+
+def task_name(task: ll.Task) -> str:
+    """A task's readable, stable name: its function's, never a memory address.
+
+    trio names a task after its function, or after ``repr`` of a callable
+    object, which holds an address that differs between runs (and would sort
+    the enabled options differently).
+    """
+    name = task.name
+    if " at 0x" in name or name.startswith("<"):
+        qual = getattr(task.coro, "__qualname__", "") or "task"
+        name = qual[: -len(".__call__")] if qual.endswith(".__call__") else qual
+    return name.rsplit(".", 1)[-1]

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..env import Message
+from .options import DELIVER, DROP, DUP
 
 if TYPE_CHECKING:
     from .kernel import Sim
-
-_DELIVER, _DROP, _DUP = 2, 3, 4  # must match the kernel's option kinds
 
 
 @dataclass
@@ -50,13 +49,13 @@ class Network:
         faults = sim.faults
         for m in self.in_flight.values():
             route = f"{m.id}({m.source}->{m.dest})"
-            options.append((f"deliver:{route}", 1.0, _DELIVER, m))
+            options.append((f"deliver:{route}", 1.0, DELIVER, m))
             if not faulty:
                 continue
             if sim.drops_left > 0 and sim.link_budget(m.source, m.dest, drops=True):
-                options.append((f"drop:{route}", faults.drop_weight, _DROP, m))
+                options.append((f"drop:{route}", faults.drop_weight, DROP, m))
             if sim.dups_left > 0 and sim.link_budget(m.source, m.dest, drops=False):
-                options.append((f"dup:{route}", faults.dup_weight, _DUP, m))
+                options.append((f"dup:{route}", faults.dup_weight, DUP, m))
 
     def cut(self, name: str) -> None:
         """A partition cuts ``name`` off: every message in flight across the cut is lost."""

@@ -1,0 +1,102 @@
+"""What a run finds: invariants after every step, checks at the end, built-in findings.
+
+A finding is recorded (a ``violation`` record) and stops the run at once, so
+that no later step of the code under test can hide it: an invariant that
+fails, an end-of-run check that fails, a process that raised
+(``NoUncaughtError``, with the user's frames), a guard trap
+(``Nondeterminism``).  ``Deadlock`` and ``Livelock`` are found by the parts
+that see them (``liveness`` and ``busy``) and recorded the same way.
+"""
+
+from __future__ import annotations
+
+from ..errors import ProcessCrashed
+from .blocked import user_frames
+from .process import Process
+from .state import SimState
+
+
+class Findings(SimState):
+    """The part of :class:`~dst.sim.kernel.Sim` that records what a run found."""
+
+    def _check_invariants(self) -> bool:
+        """Run every invariant; on the first violation record it, stop, return True.
+
+        Pending ``eventually`` properties are looked at here too: the run ends
+        (True) once every one of them has held.
+        """
+        for name, check in self._invariants:
+            result = check()
+            if result is True:
+                continue
+            message = _violation_message(name, result)
+            self._violate(name, message)
+            return True
+        if self._pending:
+            return self._check_eventually()
+        return False
+
+    def _violate(self, name: str, message: str) -> None:
+        self.records.append(("violation", self.step, self.now, name, message))
+        if name not in self.violated:
+            self.violated.append(name)
+        self._stop("violation")
+
+    def trapped(self, message: str) -> None:
+        """A guard trap fired: the run is void, whatever the code under test does next.
+
+        Recorded as the built-in violation ``Nondeterminism`` and the run stopped
+        at once, so that ``except Exception`` around the offending call cannot
+        turn the run back into a pass.
+        """
+        if "Nondeterminism" not in self.violated:
+            self._violate("Nondeterminism", message)
+
+    def uncaught(self, proc: Process, exc: BaseException) -> None:
+        """A process raised: that is a finding, not a dst failure.
+
+        The violation names the exception and where the user's code raised it;
+        the record carries the user's frames (``file:line in func``) for
+        ``dst show --verbose``.
+        """
+        leaf = exc
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        frames = user_frames(leaf.__traceback__)
+        where = f" at {frames[-1]}" if frames else ""
+        message = f"{proc.name} raised {type(leaf).__name__}: {leaf}{where}"
+        if isinstance(leaf, ProcessCrashed):
+            message += (" (a task started by a crashed process died with it inside this "
+                        "process's nursery; processes should not share nurseries)")
+        self.records.append(("violation", self.step, self.now, "NoUncaughtError", message, frames))
+        if "NoUncaughtError" not in self.violated:
+            self.violated.append("NoUncaughtError")
+        self._stop("violation")
+
+    def _run_end_checks(self) -> None:
+        for name, check in self._end_checks:
+            result = check()
+            ok = result is True
+            message = "" if ok else _violation_message(name, result)
+            self.records.append(("check", self.step, self.now, name, ok, message))
+            if not ok:
+                self.records.append(("violation", self.step, self.now, name, message))
+                if name not in self.violated:
+                    self.violated.append(name)
+
+    @property
+    def verdict(self) -> str:
+        return "fail" if self.violated else "pass"
+
+
+def _violation_message(name: str, result: object) -> str:
+    if result is False:
+        return f"{name} does not hold"
+    if isinstance(result, str):
+        return result
+    raise TypeError(
+        f"invariant {name} returned {result!r}; return True when it holds, "
+        "False or a message when it is violated"
+    )
+
+

@@ -1,0 +1,141 @@
+"""Fault injection: which faults the plan lets the scheduler offer now.
+
+The scheduler lists its options here: parked calls (and, for a service call,
+the faults its service may suffer), messages in flight, the next timer, crashes
+and restarts, partitions.  Budgets (global, per process, per link, per service)
+and filters (``crash_only``, ``crash_at``, ``links_only``, ``faults_until``)
+are applied while listing, so a spent budget is simply an option not offered.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import trio
+import trio.lowlevel as ll
+
+from .faults import SERVICE_FAULTS
+from .options import CALL_FAULT, CRASH, PARTITION, RESTART, TASK, TIMER, by_label
+from .process import CRASHED, RUNNING, Process
+from .state import SimState
+
+if TYPE_CHECKING:
+    pass
+
+
+class FaultInjection(SimState):
+    """The part of :class:`~dst.sim.kernel.Sim` that lists options and spends budgets."""
+
+    def _recount_faults(self) -> None:
+        """Whether a partition or a service fault may still be offered (the lean path's test)."""
+        self._more_faults = bool(self.partitions_left or any(
+            any(budgets.values()) for budgets in self._service_faults.values()))
+
+    def faults_allowed(self) -> bool:
+        """False once the plan's ``faults_until`` has passed: no new fault from then on."""
+        until = self.faults.faults_until
+        return until is None or self.now < until
+
+    def _options(self, deadline: float) -> list[tuple[str, float, int, Any]]:
+        options: list[tuple[str, float, int, Any]] = []
+        parked = self._parked
+        faulty = self.faults_allowed()
+        if parked:
+            items = list(parked.items()) if len(parked) == 1 else sorted(
+                parked.items(), key=by_label)
+            calling = self._calling if (self._service_faults and faulty) else None
+            for task, label in items:
+                options.append((label, 1.0, TASK, task))
+                if calling and task in calling:
+                    self._add_call_faults(options, task, label, calling[task])
+        if self.net.in_flight:
+            self.net.add_options(options, faulty)
+        timer_at = len(options)
+        if not math.isinf(deadline):
+            weight = self.faults.timer_weight if options else 1.0
+            options.append((f"timer@{deadline:.3f}", weight, TIMER, deadline))
+        if self.crashes_left > 0 or self.crashed:
+            for proc in self.processes.values():
+                if proc.state is RUNNING:
+                    if faulty and self.crashes_left > 0 and self._may_crash(proc):
+                        options.append(
+                            (f"crash:{proc.name}", self.faults.crash_weight, CRASH, proc)
+                        )
+                elif proc.state is CRASHED:
+                    options.append((f"restart:{proc.name}", 1.0, RESTART, proc))
+        if self.partitions_left > 0 and self.cut_off is None and faulty:
+            only = self.faults.partition_of
+            for proc in self.processes.values():
+                if proc.state is RUNNING and (not only or proc.name in only):
+                    options.append((f"partition:{proc.name}", self.faults.partition_weight,
+                                    PARTITION, proc))
+        if deadline in self._passive and len(options) > 1:
+            del options[timer_at]  # a kernel watch: only when nothing else can happen
+        return options
+
+    def _add_call_faults(self, options: list[tuple[str, float, int, Any]], task: ll.Task,
+                         label: str, service: str) -> None:
+        budgets = self._service_faults.get(service)
+        if not budgets:
+            return
+        weight = self.faults.services[service].weight
+        for kind in SERVICE_FAULTS:
+            if budgets.get(kind, 0) > 0:
+                options.append((f"{label}!{kind}", weight, CALL_FAULT, (task, kind)))
+
+    def _may_crash(self, proc: Process) -> bool:
+        """Whether the plan lets ``proc`` crash now (crashable, budgets, crash points)."""
+        if not proc.crashable:
+            return False
+        plan = self.faults
+        if plan.crash_only and proc.name not in plan.crash_only:
+            return False
+        if proc.name in self._process_crashes and self._process_crashes[proc.name] <= 0:
+            return False
+        if plan.crash_at:
+            inc = proc.live
+            return any(_op_kind(label) in plan.crash_at
+                       for task, label in self._parked.items() if task in inc.tasks)
+        return True
+
+    def link_budget(self, source: str, dest: str, drops: bool) -> bool:
+        """Whether the plan lets a message on ``source->dest`` be dropped (or duplicated)."""
+        budgets = self._link_drops if drops else self._link_dups
+        link = f"{source}->{dest}"
+        if link in budgets:
+            return budgets[link] > 0
+        return not self.faults.links_only
+
+    def spend_link(self, source: str, dest: str, drops: bool) -> None:
+        budgets = self._link_drops if drops else self._link_dups
+        link = f"{source}->{dest}"
+        if link in budgets:
+            budgets[link] -= 1
+
+    # -- partitions -------------------------------------------------------------
+
+    def _partition(self, proc: Process) -> None:
+        """Cut ``proc`` off from every other process until the cut heals."""
+        heal_at = self.now + self.faults.partition_seconds
+        self.cut_off = proc.name
+        self.fault("partition", proc.name, f"until {heal_at:.3f}")
+        self.net.cut(proc.name)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._heal, heal_at, name="dst-heal")
+
+    async def _heal(self, heal_at: float) -> None:
+        await trio.sleep_until(heal_at)
+        if self.cut_off is not None:
+            self.fault("heal", self.cut_off)
+            self.cut_off = None
+
+
+
+def _op_kind(label: str) -> str:
+    """``p/t@db.put(k)`` -> ``put``; ``p@send(q)`` -> ``send``; ``p@call:svc.op`` -> ``call``."""
+    op = label.partition("@")[2]
+    if op.startswith("call:"):
+        return "call"
+    head = op.partition("(")[0]
+    return head.rpartition(".")[2]

@@ -1,0 +1,25 @@
+"""What the scheduler can choose between: option tuples and their kinds.
+
+An option is ``(label, weight, kind, target)``: the label is what the trace
+records and a replay matches, the weight what a random strategy draws by, the
+kind (an int: compared on the hot path) what performing it means, and the
+target what it acts on (a task, a message, a deadline, a process).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import trio.lowlevel as ll
+
+Option = tuple[str, float, int, Any]
+
+TASK, TIMER, DELIVER, DROP, DUP, CRASH, RESTART, HELD, CALL_FAULT, PARTITION = range(10)
+
+INF = math.inf
+
+
+def by_label(item: tuple[ll.Task, str]) -> str:
+    """Sort key of ``(task, label)`` pairs: options are listed in label order."""
+    return item[1]

@@ -1,0 +1,153 @@
+"""The state of one simulated run, shared by the parts of the kernel.
+
+:class:`~dst.sim.kernel.Sim` is assembled from a few parts, each in its own
+module (the scheduler in ``kernel``, fault injection, preemption, busy runs,
+liveness).  They share this state; each part subclasses :class:`SimState` so
+that every attribute is declared, with its meaning, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import trio
+import trio.lowlevel as ll
+
+from ..errors import DivergenceError
+from .clock import VirtualClock
+from .faults import NO_FAULTS, SERVICE_FAULTS, FaultPlan
+from .net import Network
+from .options import Option
+from .process import Incarnation, Process
+from .store import SimStore
+from .strategy import Strategy
+
+if TYPE_CHECKING:
+    from .busy import _DoomWatch, _StepWatch
+    from .kernel import Sim
+    from .preemption import HoldWatch
+
+#: Steps after which a run stops with verdict "pass (bounded)".  Large enough
+#: for every shipped scenario to reach quiescence; small enough that a livelock
+#: (a timer that re-arms forever) costs milliseconds, not a hung worker.
+DEFAULT_MAX_STEPS = 5000
+
+Invariant = Callable[[], object]
+
+
+class SimState:
+    """Everything one run knows; the methods live in the parts that use them."""
+
+    def __init__(
+        self,
+        seed: int,
+        strategy: Strategy,
+        *,
+        faults: FaultPlan = NO_FAULTS,
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ) -> None:
+        self.seed = seed
+        self.strategy = strategy
+        self.faults = faults
+        self.max_steps = max_steps
+        #: Decisions taken so far; records are stamped with it.
+        self.step = 0
+        #: Trace records as tuples; rendered to JSON only when asked.
+        self.records: list[tuple[Any, ...]] = []
+        self.processes: dict[str, Process] = {}
+        self.stores: dict[str, SimStore] = {}
+        self.services: dict[str, Callable[[str, Any], Any]] = {}
+        self.net = Network(cast("Sim", self))
+        self.violated: list[str] = []
+        self.divergence: DivergenceError | None = None
+        #: Why the run ended: "quiescent", "bound", "violation", "diverged".
+        self.ended: str | None = None
+        self.crashes_left = faults.max_crashes
+        #: Names of processes that are crashed now (restart is then an option).
+        self.crashed: set[str] = set()
+        self.drops_left = faults.max_drops
+        self.dups_left = faults.max_dups
+        #: An error raised by a check or the strategy inside trio's loop.
+        self.error: BaseException | None = None
+        self._invariants: list[tuple[str, Invariant]] = []
+        self._end_checks: list[tuple[str, Invariant]] = []
+        self._parked: dict[ll.Task, str] = {}
+        self._task_labels: dict[ll.Task, str] = {}
+        self._label_owner: dict[str, ll.Task] = {}
+        self._clock: VirtualClock | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stopping = False
+        self._keeper: ll.Task | None = None
+        #: Loop passes since the last decision (see BUSY_PASSES); once past it,
+        #: the instrument that watches task steps, the steps it saw, and the
+        #: labels of the tasks that kept running, for the Livelock report.
+        self._busy = 0
+        self._watch: _StepWatch | None = None
+        self._watched = 0
+        self._spinning: set[str] = set()
+        self._spin_counts: dict[ll.Task, int] = {}
+        self._doom_watch: _DoomWatch | None = None
+        #: Preemption at trio checkpoints (see FaultPlan.preemptions): tasks
+        #: taken out of trio's run queue, the task that yielded last (running
+        #: anything else preempts it), and the instrument that holds them.
+        self.preemptions_left = faults.preemptions
+        self._held: dict[ll.Task, str] = {}
+        self._continuation: ll.Task | None = None
+        self._hold_watch: HoldWatch | None = None
+        #: True while the kernel itself wakes tasks (performing a decision):
+        #: those wake-ups are the decision, not new choice points.
+        self._releasing = False
+        #: Targeted faults (see FaultPlan): budgets left per process, per link,
+        #: per service and fault kind; which services suffer which faults; the
+        #: service a parked task is calling and the fault chosen for its call.
+        self._process_crashes = dict(faults.process_crashes)
+        self._link_drops = dict(faults.link_drops)
+        self._link_dups = dict(faults.link_dups)
+        self.partitions_left = faults.max_partitions
+        #: The process cut off from the others now, if any.
+        self.cut_off: str | None = None
+        self._service_faults: dict[str, dict[str, int]] = {
+            name: {k: sf.budget(k) for k in SERVICE_FAULTS if sf.budget(k) > 0}
+            for name, sf in faults.services.items()
+        }
+        self._suffers: dict[str, tuple[str, ...]] = {}
+        self._calling: dict[ll.Task, str] = {}
+        self._call_fault: dict[ll.Task, str] = {}
+        #: Faults other than crashes and message faults may still be offered.
+        self._more_faults = False
+        self._recount_faults()
+        #: ``eventually`` properties: (name, check, within), those not yet seen to
+        #: hold since the faults stopped, and when they stopped (None: not yet).
+        self._eventually: list[tuple[str, Invariant, float]] = []
+        self._pending: list[tuple[str, Invariant, float]] = []
+        self.calm_at: float | None = None
+        self._calm_timer_set = False
+        #: Deadlines of the kernel's own watches (faults stop, a liveness
+        #: deadline): offered only when nothing else can happen, so that they
+        #: never cut the system's work short the way a premature timeout would.
+        self._passive: set[float] = set()
+        self._deadline_task: trio.CancelScope | None = None
+        #: Tasks of dead incarnations still alive: each is interrupted with
+        #: ProcessCrashed whenever it blocks (see ``_bury``).
+        self._doomed: set[ll.Task] = set()
+        #: Each task's incarnation, for the tasks of processes.
+        self._incarnation_of: dict[ll.Task, Incarnation] = {}
+
+
+    if TYPE_CHECKING:
+        # Provided by the parts (see the module docstring); declared here so
+        # that each part may call the others.
+        @property
+        def now(self) -> float: ...
+        def fault(self, what: str, target: str, detail: str = "") -> None: ...
+        def _decide(self, labels: list[str], weights: list[float] | None) -> int: ...
+        def _perform(self, option: Option, clock: VirtualClock) -> None: ...
+        def _options(self, deadline: float) -> list[Option]: ...
+        def _check_invariants(self) -> bool: ...
+        def _violate(self, name: str, message: str) -> None: ...
+        def _stop(self, why: str) -> None: ...
+        def _label_task(self, task: ll.Task, inc: Incarnation) -> str: ...
+        def faults_allowed(self) -> bool: ...
+        def _recount_faults(self) -> None: ...
+        def _check_eventually(self) -> bool: ...
