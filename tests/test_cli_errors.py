@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from dst.cli import main
+from dst.trace.model import VERSION
 
 
 def invoke(*args: str) -> Result:
@@ -182,9 +183,10 @@ def test_a_file_that_is_not_utf8_is_refused(command: str, tmp_path: Path,
 def test_a_trace_of_another_format_version_is_refused_naming_both_versions(
     command: str, tmp_path: Path, good_trace: bytes
 ) -> None:
-    future = good_trace.replace(b'"version":1', b'"version":2', 1)
+    future = good_trace.replace(b'"version":%d' % VERSION, b'"version":%d' % (VERSION + 1), 1)
+    assert future != good_trace
     message = assert_one_line_error(invoke(command, _write(tmp_path, future)))
-    assert "version 2" in message and "version 1" in message
+    assert f"version {VERSION + 1}" in message and f"version {VERSION}" in message
 
 
 @pytest.mark.parametrize("command", COMMANDS)

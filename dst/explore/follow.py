@@ -24,8 +24,8 @@ The default is the *calm* option, because a stretch of the story the recording
 no longer covers should not invent trouble of its own: not a fault (``crash:``,
 ``drop:``, ``dup:``, ``partition:``, a service call's ``!fail``, ``!lose_reply``,
 ``!delay``, ``!repeat`` variant), not a timer while something else can run, and
-among the rest the heaviest option (the kernel weighs the task that just yielded
-at a trio checkpoint above the ones that would preempt it, so the default spends
+among the rest the heaviest option (the kernel weighs the held task trio queued
+first above the ones that would preempt it, so the default spends
 no preemption), the first one on a tie.  Options are listed in a stable order by
 the kernel, so the default is a function of the labels and weights alone.
 """

@@ -61,12 +61,12 @@ class FaultPlan:
     #: Preemptions at trio checkpoints per run.  While any are left, every task
     #: of the system that trio would run next (after ``trio.sleep(0)``, a lock,
     #: an event, a channel operation, a new task, a cancellation) is held at a
-    #: choice point instead, and running anything but the task that just
-    #: yielded spends one.  0 makes checkpoints ordinary again: only ``Env``
+    #: choice point instead, and running anything but the task trio queued
+    #: first spends one.  0 makes checkpoints ordinary again: only ``Env``
     #: calls, messages, timers and faults are choices.
     preemptions: int = 2
     #: Weight of each preempting option, relative to its usual weight, against
-    #: 1.0 for letting the task that yielded go on.
+    #: 1.0 for running the held task trio queued first.
     preempt_weight: float = 0.2
     #: Faults per outside service (see ServiceFaults), by service name.
     services: Mapping[str, ServiceFaults] = field(default_factory=dict, hash=False)

@@ -89,11 +89,10 @@ class SimState:
         self._spin_counts: dict[ll.Task, int] = {}
         self._doom_watch: _DoomWatch | None = None
         #: Preemption at trio checkpoints (see FaultPlan.preemptions): tasks
-        #: taken out of trio's run queue, the task that yielded last (running
-        #: anything else preempts it), and the instrument that holds them.
+        #: taken out of trio's run queue, in the order trio queued them (running
+        #: anything but the first preempts it), and the instrument that holds them.
         self.preemptions_left = faults.preemptions
         self._held: dict[ll.Task, str] = {}
-        self._continuation: ll.Task | None = None
         self._hold_watch: HoldWatch | None = None
         #: True while the kernel itself wakes tasks (performing a decision):
         #: those wake-ups are the decision, not new choice points.

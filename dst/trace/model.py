@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FORMAT = "dst-trace"
-VERSION = 1
+VERSION = 2
 
 #: Kinds of ``decision``: a scheduling choice, or a fake's ``Sim.choose``.
 DECISION_KINDS = frozenset({"schedule", "data"})
