@@ -265,7 +265,9 @@ def _cell(row: dict[str, Any] | None, missing: str | None = None) -> str:
     found = f"{row['found']}/{row['ranges']}"
     if row["median"] is None:
         return f"not found in {row['limit']:,} ({found})"
-    return f"{row['median']:,} ({found})"
+    # The mean counts a range that found nothing as its limit: a lower bound then.
+    counts = [row["limit"] if c is None else c for c in row["counts"]]
+    return f"{row['median']:,} ({found}, mean {statistics.fmean(counts):.1f})"
 
 
 def render(result: dict[str, Any], before: dict[str, Any] | None, before_name: str) -> str:

@@ -19,31 +19,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
-import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from . import __version__
-from .commands.shrink import Shrunk, shrink_failures
 from .errors import DstError, ScenarioError, UsageError
-from .explore import strategies
 from .registry import all_scenarios, is_shipped, load
-from .runner.bulk import SEED_TIMEOUT, BulkSummary, SeedOutcome, run_bulk
-from .runner.results import DB_NAME, Recorder, missing, run_key
 from .runner.single import replay_trace
 from .scenario import Scenario
 from .trace.codec import read_trace
 from .trace.escape import visible
 from .trace.model import Trace, current_hash_seed
-from .trace.render import format_time, render_markdown, render_text, story
+from .trace.render import render_markdown, render_text
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
 EXIT_BROKEN = ScenarioError.exit_code  # 4: the scenario itself is broken
@@ -54,9 +47,6 @@ HASH_SEED = 0
 #: Set in the environment of a re-executed ``dst`` (to the program name the user
 #: typed): it never re-executes a second time, and ``--help`` names the same program.
 _REEXEC = "DST_REEXECUTED_AS"
-
-#: Failing seeds whose full story `dst run` prints; the rest are listed by seed.
-STORIES_SHOWN = 1
 
 
 def _die(err: DstError) -> NoReturn:
@@ -162,45 +152,6 @@ def _pin_hash_seed(argv: list[str], wanted: int, typed: str) -> None:
     except OSError as exc:
         _die(UsageError(f"cannot restart dst under PYTHONHASHSEED={wanted} ({exc.strerror}); "
                         f"run: PYTHONHASHSEED={wanted} {rerun}"))
-
-
-class SwitchParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
-    """``-c key=value``: split here, typed against the scenario's switches later."""
-
-    name = "key=value"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str, str]:
-        if isinstance(value, tuple):
-            return value
-        key, sep, text = str(value).partition("=")
-        if not sep or not key.strip():
-            self.fail(f"{value!r} is not key=value (e.g. -c cas=false)", param, ctx)
-        return key.strip(), text.strip()
-
-
-class SeedRange(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
-    name = "A:B"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[int, int]:
-        if isinstance(value, tuple):
-            return value
-        m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", str(value))
-        if not m or int(m.group(1)) >= int(m.group(2)):
-            self.fail(f"{value!r} is not a seed range A:B with A < B (e.g. 0:1000)", param, ctx)
-        return int(m.group(1)), int(m.group(2))
-
-
-class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
-    name = "DURATION"
-    _UNITS: ClassVar[dict[str, int]] = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, float):
-            return value
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(value))
-        if not m or float(m.group(1)) <= 0:
-            self.fail(f"{value!r} is not a duration like 90s, 15m, 8h", param, ctx)
-        return float(m.group(1)) * self._UNITS[m.group(2) or "s"]
 
 
 @click.group(cls=_Dst, context_settings={"help_option_names": ["-h", "--help"]})
@@ -316,359 +267,13 @@ def _config_text(config: Any) -> str:
     return " ".join(f"{k}={_show(v)}" for k, v in config.items())
 
 
-# -- run ------------------------------------------------------------------------
-
-
-def _interactive() -> bool:
-    """A progress line only for a human watching: both streams on a terminal."""
-    return sys.stdout.isatty() and sys.stderr.isatty()
-
-
-class _Progress:
-    """A one-line progress display on stderr, redrawn after each chunk."""
-
-    def __init__(self, total: int | None, base: int, enabled: bool) -> None:
-        self.total, self.base, self.enabled = total, base, enabled
-        self.start = time.monotonic()
-
-    def update(self, summary: BulkSummary, _chunk: list[SeedOutcome]) -> None:
-        if not self.enabled:
-            return
-        elapsed = time.monotonic() - self.start
-        rate = (summary.runs - self.base) / elapsed if elapsed > 0 else 0.0
-        done = f"{summary.runs:,}/{self.total:,}" if self.total else f"{summary.runs:,}"
-        fails = len(summary.failures)
-        line = (f"  {done} seeds  {rate:,.0f} seeds/s  {fails} failure{'s' * (fails != 1)}"
-                f"  {format_time(elapsed)[:-4]}")
-        click.echo(f"\r{line:<78}", nl=False, err=True)
-
-    def close(self) -> None:
-        if self.enabled:
-            click.echo("", err=True)
+# -- run: dst/commands/run.py ---------------------------------------------------------
 
 
 def replay_command_line(path: Path, scenario_ref: str | None) -> str:
     """The one command that replays a failure (``--scenario`` for a user's own file)."""
     line = f"dst replay {shlex.quote(str(path))}"
     return line + (f" --scenario {shlex.quote(scenario_ref)}" if scenario_ref else "")
-
-
-def _print_failure(o: SeedOutcome, scenario: Scenario, config: dict[str, Any], path: Path,
-                   ref: str | None, full: bool, shrunk: Shrunk | None = None) -> None:
-    """One failure; the first (``full``) with its story, the shrunk one when there is one."""
-    trace = None
-    if full:
-        try:
-            trace = read_trace(shrunk.path if shrunk else path)
-        except DstError:
-            trace = None  # a resumed failure whose trace has gone: tell it without a story
-    vio = next((r for r in trace.records if r["type"] == "violation"), None) if trace else None
-    where = (f"seed {o.seed}, step {vio['step']}, virtual {format_time(vio['t'])}"
-             if vio else f"seed {o.seed}")
-    click.echo(f"FAIL {scenario.name} [{_config_text(config)}]: "
-               f"{', '.join(o.violated)} violated ({where})")
-    if full and trace is not None:
-        lines = story(trace)
-        width = max([len(actor) for _, _, actor, _ in lines] + [8])
-        time_w = max([len(t) for _, t, _, _ in lines] + [0])  # "1d 00:00:00.000" is wider
-        steps = (f"shrunk from {shrunk.from_steps} to {shrunk.steps} steps" if shrunk
-                 else f"{o.steps} steps")
-        click.echo(f"  story ({len(lines)} lines, {steps}):")
-        for i, (_step, t, actor, told) in enumerate(lines, 1):
-            click.echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {told}")
-    if shrunk:
-        click.echo(f"  shrunk: {shrunk.path} ({shrunk.steps} steps, from {shrunk.from_steps})")
-        click.echo(f"  replay: {replay_command_line(shrunk.path, ref)}")
-    click.echo(f"  trace:  {path}")
-    click.echo(f"  replay: {replay_command_line(path, ref)}")
-
-
-def _seed_bounds(seeds: int | None, one_seed: int | None, seed_range: tuple[int, int] | None,
-                 duration: float | None) -> tuple[int, int | None]:
-    """``[start, stop)`` of the seeds asked for; ``stop`` None: until --for runs out."""
-    if sum(x is not None for x in (seeds, one_seed, seed_range)) > 1:
-        raise UsageError("give one of --seeds, --seed, --seed-range")
-    if one_seed is not None:
-        return one_seed, one_seed + 1
-    if seed_range is not None:
-        return seed_range
-    if seeds is not None:
-        return 0, seeds
-    return (0, None) if duration is not None else (0, 1000)
-
-
-def _check_out(out: str) -> None:
-    """Fail now, in one line, if ``--out`` cannot hold traces: never after the seeds ran."""
-    path = Path(out)
-    way_out = "give --out a directory dst can create and write to"
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {out} is a file, not a directory; {way_out}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        if isinstance(exc, (FileExistsError, NotADirectoryError)):
-            why = "a part of the path is a file"
-        raise UsageError(f"--out {out} cannot be created ({why}); {way_out}") from None
-    probe = path / f".dst-write-test-{os.getpid()}"
-    try:
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); "
-                         f"{way_out}") from None
-
-
-def _duration_text(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
-def _ranges_text(ranges: list[tuple[int, int]]) -> str:
-    return ", ".join(f"{a}" if b == a + 1 else f"{a}..{b - 1}" for a, b in sorted(ranges))
-
-
-@main.command("run")
-@click.argument("scenario")
-@click.option("-c", "switches", type=SwitchParam(), multiple=True, metavar="KEY=VALUE",
-              help="Set a scenario switch (repeatable); `dst list` shows them.")
-@click.option("--seeds", type=click.IntRange(min=1), default=None,
-              help="Run seeds 0..N-1 (default 1000).")
-@click.option("--seed", "one_seed", type=click.IntRange(min=0), default=None,
-              help="Run just this seed.")
-@click.option("--seed-range", type=SeedRange(), default=None, help="Run seeds A..B-1.")
-@click.option("--strategy", default="random", show_default=True, metavar="NAME",
-              help="How choices are made: random (a seeded random walk), pct (priority "
-                   "scheduling with d-1 random change points, for ordering bugs), swarm "
-                   "(each seed draws its own mix of the scenario's faults).")
-@click.option("--pct-depth", type=click.IntRange(min=1), default=None, metavar="D",
-              help="With --strategy pct: the bug depth, d-1 change points "
-                   f"(default {strategies.DEFAULT_DEPTH}).")
-@click.option("--pct-steps", type=click.IntRange(min=1), default=None, metavar="K",
-              help="With --strategy pct: steps over which change points are drawn "
-                   "(default: estimated from a few runs of the scenario).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Worker processes (one seed is never split).")
-@click.option("--for", "duration", type=Duration(), default=None,
-              help="Stop after this long (e.g. 8h) and summarise; without --seeds or "
-                   "--seed-range, keep running new seeds until then.")
-@click.option("--seed-timeout", type=Duration(), default=None,
-              help=f"Stop a worker whose seed has not finished after this long and report "
-                   f"the seed (default {SEED_TIMEOUT:g}s).")
-@click.option("--resume", is_flag=True,
-              help=f"Skip seeds already done for this scenario and config (recorded in "
-                   f"OUT/{DB_NAME}); report the combined results.")
-@click.option("--out", default="traces/failures", show_default=True,
-              help="Directory for the traces of failing seeds and the results database.")
-@click.option("--check-determinism", is_flag=True,
-              help="Run each seed twice in one process and once more in a process with "
-                   "another hash seed, and report the first record that differs.")
-@click.option("--shrink/--no-shrink", "shrink", default=None,
-              help="Shrink the first failure of each invariant to its shortest story "
-                   "(OUT/<scenario>-<seed>.min.jsonl) and tell that one; on by default, "
-                   "off by default with --json.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
-def run_command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | None,
-                one_seed: int | None, seed_range: tuple[int, int] | None, strategy: str,
-                pct_depth: int | None, pct_steps: int | None, workers: int,
-                duration: float | None, seed_timeout: float | None, resume: bool, out: str,
-                check_determinism: bool, as_json: bool, shrink: bool | None = None) -> None:
-    """Run SCENARIO over many seeds and report every invariant violated.
-
-    SCENARIO is a name from `dst list`, a path to a .py file, or a module.
-    Traces of failing seeds are written under --out as they are found, each
-    with the one command that replays it; finished seeds are recorded in
-    OUT/results.sqlite, so an interrupted run continues with --resume.  The
-    first failure of each invariant is shrunk to its shortest story, written
-    beside it as OUT/<scenario>-<seed>.min.jsonl (--no-shrink skips it).
-
-    Exit status: 0 nothing violated, 1 an invariant violated, 2 bad input,
-    3 a seed did not repeat itself (--check-determinism), 4 the scenario
-    itself is broken, 130 interrupted.
-    """
-    try:
-        scen = load(scenario)
-        config = scen.config(dict(switches))
-        strategy = strategies.parse(strategy, depth=pct_depth, steps=pct_steps)
-        start, stop = _seed_bounds(seeds, one_seed, seed_range, duration)
-        _check_out(out)
-    except DstError as err:
-        _die(err)
-    ref = None if is_shipped(scenario) else scenario  # how workers and replay find it
-    try:
-        recorder = Recorder(out, scen.name, run_key(scen.name, config, strategy),
-                            record=not check_determinism)
-        summary = BulkSummary(keep_traces=False)  # the recorder writes them as they come
-        done = recorder.resume(summary, start, stop) if resume else []
-    except (sqlite3.Error, OSError) as exc:
-        _die(UsageError(f"cannot use the results database {Path(out) / DB_NAME} ({exc}); "
-                        "move it away or give another --out"))
-    resumed = summary.runs
-    progress = _Progress(stop - start if stop is not None else None, resumed,
-                         enabled=not as_json and _interactive())
-
-    def on_chunk(s: BulkSummary, outcomes: list[SeedOutcome]) -> None:
-        recorder.chunk_done(outcomes)
-        progress.update(s, outcomes)
-
-    began = time.monotonic()
-    deadline = began + duration if duration is not None else None
-    try:
-        run_bulk(ref or scen.name, config, missing(done, start, stop), workers=workers,
-                 deadline=deadline, check_determinism=check_determinism,
-                 on_chunk=on_chunk, summary=summary,
-                 seed_timeout=seed_timeout if seed_timeout is not None else SEED_TIMEOUT,
-                 strategy=strategy)
-    except DstError as err:
-        progress.close()
-        _die(err)
-    except (sqlite3.Error, OSError) as exc:
-        progress.close()
-        _die(UsageError(f"cannot record results in {out} ({exc}); free the disk or give "
-                        "another --out, then continue with --resume"))
-    finally:
-        recorder.close()
-        progress.close()
-    seconds = time.monotonic() - began
-    summary.failures.sort(key=lambda o: o.seed)
-    paths = recorder.paths
-    shrunk: dict[int, Shrunk] = {}
-    if (not as_json if shrink is None else shrink) and not (
-            check_determinism or summary.interrupted or summary.stalled):
-        # Failures found by this invocation only: a resumed one was shrunk when found.
-        new = [o for o in summary.failures if not any(a <= o.seed < b for a, b in done)]
-        shrunk = shrink_failures(ref or scen.name, new, paths)
-    again = _command_line(scenario, switches, seeds, one_seed, seed_range, workers, duration,
-                          seed_timeout, out, check_determinism, strategy=strategy)
-    if as_json:
-        doc = {
-            "scenario": scen.name, "config": config, "strategy": strategy,
-            "runs": summary.runs,
-            "seconds": round(seconds, 3),
-            "failures": [{"seed": o.seed, "violated": list(o.violated),
-                          "trace": str(paths[o.seed]),
-                          "replay": replay_command_line(paths[o.seed], ref),
-                          "shrunk": shrunk[o.seed].as_json(ref) if o.seed in shrunk else None}
-                         for o in summary.failures],
-            "by_invariant": dict(sorted(summary.by_invariant.items())),
-            "resumed": resumed, "interrupted": summary.interrupted,
-            "bounded": summary.bounded,
-            "nondeterministic": [{"seed": o.seed, "difference": o.nondeterminism}
-                                 for o in summary.nondeterministic],
-            "not_run": [list(r) for r in summary.not_run],
-            "stalled": summary.stalled,
-            "resume": again if summary.interrupted or summary.not_run else None,
-            "coverage": {"probes": sorted(summary.probes_declared),
-                         "never_reached": summary.probes_never_reached,
-                         "states": len(summary.states)
-                         if scen.fingerprint_of is not None else None},
-        }
-        click.echo(json.dumps(doc, indent=2))
-    else:
-        _print_summary(scen, config, summary, paths, ref, out, seconds, resumed,
-                       check_determinism, again, strategy, shrunk=shrunk)
-    if summary.stalled:
-        alone = "" if summary.stalled_seed is None else (
-            "; run it alone with: " + " ".join(shlex.quote(a) for a in [
-                "dst", "run", scenario, *[w for k, v in switches for w in ("-c", f"{k}={v}")],
-                *(["--strategy", strategy] if strategy != "random" else []),
-                "--seed", str(summary.stalled_seed)]))
-        click.echo(f"error: {scenario}: {summary.stalled}{alone}", err=True)
-        sys.exit(EXIT_BROKEN)
-    if summary.interrupted:
-        sys.exit(EXIT_INTERRUPTED)
-    if summary.nondeterministic:
-        sys.exit(EXIT_DIVERGED)
-    sys.exit(EXIT_VIOLATION if summary.failures else EXIT_OK)
-
-
-def _command_line(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | None,
-                  one_seed: int | None, seed_range: tuple[int, int] | None, workers: int,
-                  duration: float | None, seed_timeout: float | None, out: str,
-                  check_determinism: bool, *, strategy: str = "random") -> str:
-    """The command that continues this run: the same one, with ``--resume``.
-
-    A determinism check records nothing, so it is continued by running it again.
-    """
-    argv = ["dst", "run", scenario]
-    for key, value in switches:
-        argv += ["-c", f"{key}={value}"]
-    if seeds is not None:
-        argv += ["--seeds", str(seeds)]
-    if one_seed is not None:
-        argv += ["--seed", str(one_seed)]
-    if seed_range is not None:
-        argv += ["--seed-range", f"{seed_range[0]}:{seed_range[1]}"]
-    if strategy != "random":
-        argv += ["--strategy", strategy]
-    if workers != 1:
-        argv += ["--workers", str(workers)]
-    if duration is not None:
-        argv += ["--for", _duration_text(duration)]
-    if seed_timeout is not None:
-        argv += ["--seed-timeout", _duration_text(seed_timeout)]
-    argv += ["--out", out]
-    argv += ["--check-determinism"] if check_determinism else ["--resume"]
-    return " ".join(shlex.quote(a) for a in argv)
-
-
-def _print_summary(scen: Scenario, config: dict[str, Any], summary: BulkSummary,
-                   paths: dict[int, Path], ref: str | None, out: str, seconds: float,
-                   resumed: int, check_determinism: bool, again: str,
-                   strategy: str = "random", shrunk: dict[int, Shrunk] | None = None) -> None:
-    shown = STORIES_SHOWN + 4
-    for i, o in enumerate(summary.failures[:shown]):
-        _print_failure(o, scen, config, paths[o.seed], ref, full=i < STORIES_SHOWN,
-                       shrunk=(shrunk or {}).get(o.seed))
-    hidden = len(summary.failures) - shown
-    if hidden > 0:
-        click.echo(f"... and {hidden:,} more failing seeds (traces in {out}/)")
-    for o in summary.nondeterministic:
-        click.echo(f"NONDETERMINISTIC seed {o.seed}: {o.nondeterminism}")
-    new = summary.runs - resumed
-    rate = new / seconds if seconds > 0 else 0.0
-    by = ", ".join(f"{k} x{v}" for k, v in sorted(summary.by_invariant.items()))
-    earlier = f" ({resumed:,} done earlier, resumed)" if resumed else ""
-    how = f" under {strategy}" if strategy != "random" else ""
-    click.echo(f"{scen.name} [{_config_text(config)}]{how}: {summary.runs:,} runs{earlier}, "
-               f"{len(summary.failures):,} failed{' (' + by + ')' if by else ''}, "
-               f"{rate:,.0f} runs/s ({seconds:.1f}s)")
-    _print_coverage(scen, summary)
-    if summary.bounded:
-        first = next((paths[s] for s in summary.bounded_seeds if s in paths), None)
-        click.echo(f"{summary.bounded:,} runs hit the step bound ({scen.max_steps:,} steps) "
-                   "before the system came to rest, so their end-of-run checks did not run"
-                   + (f"; see one with: dst show {first}" if first else ""))
-    if summary.not_run:
-        click.echo(f"not run: seeds {_ranges_text(summary.not_run)} were in flight on a worker "
-                   "that had to be stopped; they are not recorded as done")
-    if summary.interrupted or summary.not_run:
-        if check_determinism:
-            click.echo("interrupted: a determinism check records nothing; check the seeds "
-                       f"not done with: {again}" if summary.interrupted else
-                       f"check them again with: {again}")
-        else:
-            click.echo(f"{'interrupted: ' if summary.interrupted else ''}the seeds finished "
-                       f"so far are recorded; continue with: {again}")
-    if check_determinism:
-        click.echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
-                   f"{summary.runs:,} seeds replayed identically")
-
-
-def _print_coverage(scen: Scenario, summary: BulkSummary) -> None:
-    """What the runs reached: probes never reached, distinct states (``dst.coverage``)."""
-    declared = summary.probes_declared
-    if declared:
-        never = summary.probes_never_reached
-        reached = len(declared) - len(never)
-        click.echo(f"probes: {reached} of {len(declared)} reached"
-                   + (f"; never reached: {', '.join(visible(n) for n in never)}" if never
-                      else ""))
-    if scen.fingerprint_of is not None:
-        click.echo(f"states: {len(summary.states):,} distinct fingerprints "
-                   "(taken at every step)")
 
 
 # -- replay / show --------------------------------------------------------------
@@ -814,12 +419,6 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None) -
 
 __all__ = ["main"]
 
-
-# -- table ----------------------------------------------------------------------
-
-from .verdict_table import table_command  # noqa: E402 - registered after the core commands
-
-main.add_command(table_command)
 
 from .commands import register  # noqa: E402 - one module a command, added after the core
 

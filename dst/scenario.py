@@ -14,7 +14,7 @@ import difflib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from .errors import UsageError
 from .sim.faults import NO_FAULTS, FaultPlan
@@ -150,8 +150,12 @@ class Scenario:
     invariants: dict[str, Check] = field(default_factory=dict)
     end_checks: dict[str, Check] = field(default_factory=dict)
     eventual_checks: dict[str, tuple[Check, float]] = field(default_factory=dict)
-    #: ``fn(world)`` naming the state the system is in (see :meth:`fingerprint`).
+    #: ``fn(world)`` naming the abstract state the system is in (see :meth:`fingerprint`).
     fingerprint_of: Check | None = None
+    #: ``fn(world)`` naming the objects the processes share, an *exact* fingerprint:
+    #: with the kernel's state and every task's memory it determines what the
+    #: system does next (``@scenario.fingerprint(exact=True)``).
+    state_of: Check | None = None
     _setup: Callable[[Sim, dict[str, Any]], Any] | None = None
 
     # -- declaring -----------------------------------------------------------
@@ -204,19 +208,41 @@ class Scenario:
 
         return register
 
-    def fingerprint(self, fn: Check) -> Check:
+    @overload
+    def fingerprint(self, fn: Check) -> Check: ...
+
+    @overload
+    def fingerprint(self, *, exact: bool = False) -> Callable[[Check], Check]: ...
+
+    def fingerprint(self, fn: Check | None = None, *,
+                    exact: bool = False) -> Check | Callable[[Check], Check]:
         """Decorator: ``fn(world)`` returns a value naming the state the system is in.
 
-        A JSON value, or a hashable of tuples, frozensets, strings and numbers,
-        the same for the same state in every process.  Optional: tools that count
-        or compare the states a search went through use it.  ``dst explore
+        ``@scenario.fingerprint``: an abstraction, a JSON value or a hashable of
+        tuples, frozensets, strings and numbers, the same for the same state in
+        every process.  Tools that count or compare the states a search went
+        through use it (``dst run`` takes it at every step).  ``dst explore
         --prune-states`` goes further and skips a state it has explored before,
-        which is sound only when the value determines everything the system will
-        do next beyond the stores, the network and the enabled options: what each
-        task holds in memory and where each waits (see ``docs/design.md``).
+        which is sound only when the value, with the stores, the network, the
+        enabled options and the memory of every task (which the explorer reads
+        off the tasks' frames), determines everything the system will do next.
+
+        ``@scenario.fingerprint(exact=True)`` declares that it does: ``fn``
+        returns the objects shared outside processes and their stores (fakes,
+        probes, screens; any Python objects, read in full), and ``dst explore``
+        then skips explored states by default.  An exact fingerprint is a state,
+        not an abstraction, so ``dst run`` does not count it (see
+        ``docs/design.md``, "States", for what it must cover).
         """
-        self.fingerprint_of = fn
-        return fn
+
+        def register(fn: Check) -> Check:
+            if exact:
+                self.state_of = fn
+            else:
+                self.fingerprint_of = fn
+            return fn
+
+        return register(fn) if fn is not None else register
 
     # -- using ------------------------------------------------------------------
 

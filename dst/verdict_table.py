@@ -1,13 +1,21 @@
-"""``dst table SCENARIO``: the verdict of every spend design, found by running it.
+"""The verdict table: every combination of some switches, each invariant's verdict.
 
-For each combination of ``spend_mode`` x ``fresh_view`` x ``serialize`` the
-command runs the scenario over the same seeds and reports, per invariant that
-failed, the first seed that showed it and the shortest counterexample found,
-counted in *protocol actions* (restore, check/claim, spend, effect, record: the
-events the runtime tags with ``action=``), which is the unit a model checker's
-trace is counted in.  Runs stop at their first violation, so an invariant that
-always breaks later than another one never shows; ``--invariant`` checks only
-the named ones, as a model checker given one invariant would.
+``dst table approval`` is the table of every spend design: each combination of
+``spend_mode`` x ``fresh_view`` x ``serialize`` runs over the same seeds, and
+each row reports, per invariant that failed, the first seed that showed it and
+the shortest counterexample found, counted in *protocol actions* (restore,
+check/claim, spend, effect, record: the events the runtime tags with
+``action=``), the unit a model checker's trace is counted in.  Runs stop at
+their first violation, so an invariant that always breaks later than another
+one never shows; ``--invariant`` checks only the named ones, as a model checker
+given one invariant would.
+
+``dst table SCENARIO --vary A,B`` is the same question for any scenario and any
+switches with a fixed set of values (:func:`vary_table`): one cell per
+combination and invariant, searched with a seeded strategy or exhaustively,
+and for each failing cell the shortest run found, written as a trace with its
+story and the command that replays it.  The command itself is
+``dst/commands/table.py``.
 """
 
 from __future__ import annotations
@@ -19,10 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import click
-
-from .errors import DstError, UsageError
-from .registry import load
+from .errors import UsageError
 from .runner.single import RunResult, run_seeds
 from .scenario import Scenario
 
@@ -30,10 +35,6 @@ from .scenario import Scenario
 AXES = ("spend_mode", "fresh_view", "serialize")
 #: Events that count as protocol actions (their ``action`` field).
 ACTIONS = frozenset({"restore", "check", "spend", "effect", "record"})
-
-
-class BadInput(click.ClickException):
-    exit_code = 2
 
 
 @dataclass
@@ -137,38 +138,182 @@ def as_json(scenario: str, seeds: int, rows: Sequence[Row]) -> dict[str, Any]:
         for r in rows]}
 
 
-@click.command("table")
-@click.argument("scenario")
-@click.option("--seeds", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Seeds 0..N-1 for every combination.")
-@click.option("-c", "switches", multiple=True, metavar="KEY=VALUE",
-              help="Fix another switch for every row (repeatable).")
-@click.option("--invariant", "invariants", multiple=True, metavar="NAME",
-              help="Check only this invariant (repeatable), as a model checker given one.")
-@click.option("--json", "json_out", is_flag=True, help="One JSON document on stdout.")
-def table_command(scenario: str, seeds: int, switches: tuple[str, ...],
-                  invariants: tuple[str, ...], json_out: bool) -> None:
-    """Verdict table of SCENARIO: every spend_mode x fresh_view x serialize.
+# -- any scenario, any switches: dst table SCENARIO --vary A,B -------------------------
 
-    Exit status 0 when it ran (failing rows are findings, not errors), 2 on bad input.
+#: How a cell can be searched: seeds of one strategy, or every schedule.
+STRATEGIES = ("random", "pct", "swarm", "exhaustive")
+
+
+@dataclass
+class Cell:
+    """One invariant in one combination: its verdict and the shortest failing run found."""
+
+    verdict: str  # "fail", or "pass" (seeds), "holds" / "not violated" (exhaustive)
+    runs: int = 0
+    failures: int = 0
+    first_seed: int | None = None
+    steps: int | None = None  # scheduler decisions of the shortest failing run
+    seed: int | None = None
+    trace: str | None = None
+    replay: str | None = None
+    replay_divergence: str | None = None
+    story: list[tuple[str, str]] = field(default_factory=list)  # (actor, text)
+    caveat: str = ""
+
+
+@dataclass
+class VaryRow:
+    values: dict[str, Any]
+    config: dict[str, Any]
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+
+def axes_values(scenario: Scenario, axes: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Every combination of ``axes``' values, each switch's in its declared order."""
+    if not axes:
+        raise UsageError("--vary needs at least one switch (e.g. --vary cas,workers)")
+    choices = []
+    for axis in axes:
+        switch = scenario.switches.get(axis)
+        if switch is None:
+            raise UsageError(f"{scenario.name} has no switch {axis!r}; it has: "
+                             f"{', '.join(scenario.switches) or 'none'}")
+        if switch.allowed is None:
+            raise UsageError(f"switch {axis} of {scenario.name} has no fixed set of values; "
+                             "vary a boolean switch or one declared with choices")
+        choices.append(switch.allowed)
+    return list(itertools.product(*choices))
+
+
+def _tag(values: Mapping[str, Any]) -> str:
+    return "-".join(f"{k}={_show(v)}" for k, v in values.items())
+
+
+def _told(trace: Any) -> list[tuple[str, str]]:
+    from .trace.render import story
+
+    return [(actor, text) for _step, _t, actor, text in story(trace)]
+
+
+def vary_table(full: Scenario, checked: Scenario, ref: str, base: Mapping[str, Any],
+               axes: Sequence[str], *, strategy: str, seeds: int, out: Any,
+               max_steps: int | None = None) -> list[VaryRow]:
+    """Each combination of ``axes`` over ``base``: every check of ``checked`` gets a cell.
+
+    ``full`` is the scenario as shipped (what ``dst replay`` runs), ``checked``
+    the one whose checks are judged (``only`` some).  Seeded strategies run
+    seeds ``0..seeds-1``; ``exhaustive`` runs every schedule under the fault
+    budgets the config sets (``dst.explore.exhaustive``).  The shortest failing
+    run of each failing cell is written to ``out`` as a trace.
     """
-    try:
-        scen = load(scenario)
-        overrides = {}
-        for item in switches:
-            key, sep, text = item.partition("=")
-            if not sep:
-                raise UsageError(f"{item!r} is not key=value (e.g. -c llm=happy)")
-            overrides[key.strip()] = text.strip()
-        base = scen.config(overrides)
-        if invariants:
-            scen = only(scen, invariants)
-        rows = verdict_table(scen, seeds, base)
-    except DstError as err:
-        raise BadInput(str(err)) from None
-    if json_out:
-        click.echo(json.dumps(as_json(scen.name, seeds, rows), indent=2))
-        return
-    click.echo(f"{scen.name}: {seeds} seeds per row"
-               + (f", checking {', '.join(invariants)} only" if invariants else ""))
-    click.echo(render(rows))
+    from pathlib import Path
+
+    from .explore import exhaustive
+    from .explore.strategies import explore as strategy_for
+    from .registry import is_shipped
+    from .trace.codec import write_trace
+
+    names = list(checked.all_checks)
+    rows = []
+    for values in axes_values(full, axes):
+        row_values = dict(zip(axes, values, strict=True))
+        config = {**base, **row_values}
+        row = VaryRow(row_values, config)
+        shortest: dict[str, Any] = {}
+        if strategy == "exhaustive":
+            plan = full.fault_plan(config)
+            bounds = exhaustive.Bounds(
+                max_steps=max_steps or full.max_steps, crashes=plan.max_crashes,
+                drops=plan.max_drops, dups=plan.max_dups)
+            result = exhaustive.explore(checked, config, bounds)
+            for name in names:
+                verdict, _proof = result.verdict(name)
+                v = result.violations.get(name)
+                cell = Cell("fail" if v else verdict, runs=result.schedules,
+                            caveat=result.caveat(name))
+                if v is not None:
+                    cell.failures, cell.steps = v.schedules, v.steps
+                    shortest[name] = exhaustive.record(checked, result, v).trace()
+                row.cells[name] = cell
+        else:
+            how = strategy_for(strategy, checked, config)
+            for name in names:
+                row.cells[name] = Cell("pass", runs=seeds)
+
+            def collect(result: RunResult, row: VaryRow = row,
+                        shortest: dict[str, Any] = shortest) -> None:
+                for name in result.violated:
+                    cell = row.cells.get(name)
+                    if cell is None:
+                        continue
+                    cell.verdict = "fail"
+                    cell.failures += 1
+                    if cell.first_seed is None:
+                        cell.first_seed = result.seed
+                    if cell.steps is None or result.steps < cell.steps:
+                        cell.steps, cell.seed = result.steps, result.seed
+                        shortest[name] = result.trace()
+
+            run_seeds(checked, config, range(seeds), collect, strategy=how.strategy,
+                      plan=how.plan)
+        for name, trace in shortest.items():
+            cell = row.cells[name]
+            path = write_trace(trace, Path(out) / f"{full.name}-{_tag(row_values)}-{name}.jsonl")
+            why = exhaustive.replays(full, trace)
+            cell.trace, cell.replay_divergence = str(path), why
+            if why is None:
+                from .trace.render import replay_line
+
+                cell.replay = replay_line(str(path), None if is_shipped(ref) else ref)
+            cell.story = _told(trace)
+        rows.append(row)
+    return rows
+
+
+def render_vary(rows: Sequence[VaryRow], axes: Sequence[str], names: Sequence[str]) -> str:
+    def text(c: Cell) -> str:
+        if c.verdict != "fail":
+            return c.verdict
+        if c.first_seed is not None:
+            return f"FAIL {c.failures}/{c.runs} ({c.steps} steps)"
+        return f"FAIL ({c.steps} steps)"
+
+    widths = [max(len(a), *(len(_show(r.values[a])) for r in rows)) for a in axes]
+    cell_w = {n: max(len(n), *(len(text(r.cells[n])) for r in rows)) for n in names}
+    head = "  ".join([*(f"{a:<{w}}" for a, w in zip(axes, widths, strict=True)),
+                      *(f"{n:<{cell_w[n]}}" for n in names)])
+    out = [head.rstrip(), "-" * len(head.rstrip())]
+    for r in rows:
+        out.append("  ".join([*(f"{_show(r.values[a]):<{w}}"
+                                for a, w in zip(axes, widths, strict=True)),
+                              *(f"{text(r.cells[n]):<{cell_w[n]}}" for n in names)]).rstrip())
+    for r in rows:
+        for n in names:
+            c = r.cells[n]
+            if c.verdict != "fail":
+                continue
+            at = f" at seed {c.seed}" if c.seed is not None else ""
+            out.append(f"{_tag(r.values)} {n}: shortest {c.steps} steps{at}")
+            actor_w = max([len(a) for a, _ in c.story] + [5])
+            out += [f"    {a:<{actor_w}}  {t}" for a, t in c.story]
+            if c.replay is not None:
+                out.append(f"    replay: {c.replay}")
+            elif c.trace is not None:
+                out.append(f"    trace: {c.trace} (checked alone: `dst replay` runs every "
+                           "check and stops at another violation first)")
+    return "\n".join(out)
+
+
+def vary_json(scenario: str, axes: Sequence[str], strategy: str, seeds: int,
+              rows: Sequence[VaryRow]) -> dict[str, Any]:
+    return {"scenario": scenario, "vary": list(axes), "strategy": strategy,
+            "seeds": seeds if strategy != "exhaustive" else None, "rows": [
+                {"values": r.values, "config": r.config, "invariants": {
+                    n: {"verdict": c.verdict, "runs": c.runs, "failures": c.failures,
+                        "first_seed": c.first_seed, "shortest_steps": c.steps,
+                        "shortest_seed": c.seed, "trace": c.trace, "replay": c.replay,
+                        "replay_divergence": c.replay_divergence,
+                        "caveat": c.caveat or None,
+                        "story": [{"actor": a, "text": t} for a, t in c.story]}
+                    for n, c in r.cells.items()}}
+                for r in rows]}

@@ -298,6 +298,25 @@ scenario.planted_bug({"spend_mode": "before", "fresh_view": False},
                      breaks=["FreshRestore"],
                      doc="the check trusts the restored view: a stale view")
 
+
+@scenario.fingerprint(exact=True)
+def state(w: World) -> Any:
+    """What the processes share outside the agent's store, for `dst explore` to cache states.
+
+    The explorer adds the kernel's state (the store, messages, time, the enabled
+    options) and every task's memory, read off its frames: each turn keeps what
+    it read in locals and in its ``ApprovalTurn``, the orchestrator's routing and
+    gate are reached from them, an argument built inside an ``await`` is a local
+    of the frame it is passed to, the two loops that await inside (recovery's
+    over sorted keys, a connection's over its script) are told where they are by
+    their loop variable, and the fakes' services are read in full.  What is left
+    is the world's: the effects the backend counted, what the screens show, and
+    what the probe saw.  ``held`` and ``recorded`` are caches of the checks, not
+    state.
+    """
+    return (w.backend, w.screens, w.probe)
+
+
 RACE = [Send(0.0, "conn-1", {"kind": "click", "id": "m1", "approval": SEEDED["id"]}),
         Send(1.0, "conn-2", {"kind": "text", "id": "m2", "text": "go ahead"})]
 

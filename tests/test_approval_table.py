@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from dst.verdict_table import table_command
+from dst.commands.table import command as table_command
 
 QUIET = ["-c", "crashes=0", "-c", "drops=0", "-c", "dups=0", "-c", "llm=happy"]
 
@@ -55,3 +55,9 @@ def test_a_scenario_without_the_three_switches_is_bad_input() -> None:
     assert result.exit_code == 2
     assert "counter has no switch spend_mode" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_strategy_without_vary_is_bad_input() -> None:
+    result = CliRunner().invoke(table_command, ["approval", "--seeds", "5", "--strategy", "pct"])
+    assert result.exit_code == 2
+    assert "--strategy and --max-steps go with --vary" in result.output

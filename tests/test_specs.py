@@ -97,6 +97,13 @@ def test_compare_and_set_and_serialised_turns_with_a_fresh_view_pass(
         assert all(o.distinct > 0 for o in result.outcomes.values())
 
 
+def test_serialised_turns_keep_at_most_once_even_with_a_restored_view(tlc: Tlc) -> None:
+    """Serialize holds a whole turn, restore included, as the runtime's gate does."""
+    rows = [approval_row(mode, False, True) for mode in ("after", "before")]
+    for result in check(APPROVAL, tlc, rows, ["AtMostOnce"], jobs=2):
+        assert verdicts(result) == {"AtMostOnce": "holds"}, result.row
+
+
 def test_checking_leaves_the_specs_directory_as_it_was(
         article: dict[str, RowResult], specs_listing: set[str]) -> None:
     assert {p.name for p in SPECS_DIR.iterdir()} == specs_listing
@@ -312,6 +319,7 @@ def test_a_violation_is_read_with_its_length_steps_and_states() -> None:
     o = tlc_module.parse(VIOLATED, 12, "approval.tla", "NoResurrection")
     assert (o.verdict, o.states, o.distinct, o.version) == ("violated", 4, 7, "2.15")
     assert o.actions == ("Init", "Restore", "Check", "Effect")
+    assert [state["eff"] for state in o.states_seen] == [0, 0, 0, 1]
 
 
 def test_a_pass_is_read_with_its_distinct_states() -> None:

@@ -17,8 +17,8 @@ from click.testing import CliRunner, Result
 
 from dst import Env, Scenario, Sim
 from dst.cli import main
-from dst.explore.pct import PCT, actor_of, is_data
-from dst.explore.strategies import explore, parse
+from dst.explore.pct import PCT, WALK_BELOW, actor_of, is_data
+from dst.explore.strategies import estimate, explore, parse
 from dst.explore.swarm import swarm_plan
 from dst.registry import load
 from dst.runner.single import RunResult, plan_from_dict, replay_trace, run_seeds
@@ -48,9 +48,11 @@ def test_a_strategy_spec_is_checked_and_normalised() -> None:
     assert parse("pct", depth=2, steps=50) == "pct:d=2,k=50"
     assert parse("pct:k=9,d=4") == "pct:d=4,k=9"
     assert parse("pct:world=actor") == "pct:d=5,world=actor"
+    assert parse("pct:n=10,k=14") == "pct:d=5,k=14,n=10"
 
 
-@pytest.mark.parametrize("spec", ["bogus", "pct:d=x", "pct:depth=3", "pct:d=0", "pct:world=x"])
+@pytest.mark.parametrize("spec", ["bogus", "pct:d=x", "pct:depth=3", "pct:d=0", "pct:world=x",
+                                  "pct:n=0"])
 def test_an_unknown_strategy_is_refused(spec: str) -> None:
     from dst.errors import UsageError
 
@@ -156,6 +158,23 @@ def test_pct_finds_a_depth_2_bug_that_the_random_walk_misses() -> None:
     walk = [r.seed for r in runs(scenario, "random", range(200)) if r.violated]
     assert len(pct) >= 5
     assert walk == []
+    # Two actors with long runs each: PCT proper, and the name says why.
+    k, n = estimate(scenario, scenario.config())
+    assert k >= WALK_BELOW * n
+
+
+def test_pct_schedules_short_runs_of_many_actors_as_the_random_walk_does() -> None:
+    """Each contending actor of an approval race has a step or two: PCT has no long way to
+    keep open there, and runs the random walk of the same seed, so it cannot do worse."""
+    scenario = load("approval")
+    config = scenario.config({"spend_mode": "before"})
+    k, n = estimate(scenario, config)
+    assert k < WALK_BELOW * n
+    pct = runs(scenario, "pct", range(15), config)
+    walk = runs(scenario, "random", range(15), config)
+    assert pct[0].strategy == f"pct:d=5,k={k},n={n}"
+    assert [r.trace().decisions for r in pct] == [r.trace().decisions for r in walk]
+    assert [r.violated for r in pct] == [r.violated for r in walk]
 
 
 # -- swarm -------------------------------------------------------------------------

@@ -94,8 +94,8 @@ def _check_out(out: str) -> Path:
 @click.option("--service-faults", is_flag=True,
               help="Keep the scenario's service fault budgets (off by default).")
 @click.option("--invariant", "invariants", multiple=True, metavar="NAME",
-              help="Check only this invariant (repeatable): runs stop at the first "
-                   "violation, so one check alone is the way to prove it.")
+              help="Check only this invariant (repeatable); every invariant checked gets "
+                   "its own verdict, past the others' violations.")
 @click.option("--max-schedules", type=click.IntRange(min=1), default=100_000,
               show_default=True, help="Stop (not a proof) after this many schedules.")
 @click.option("--budget", default=None, metavar="DURATION",
@@ -105,31 +105,35 @@ def _check_out(out: str) -> Path:
 @click.option("--no-por", is_flag=True, help="Plain depth-first search: every interleaving.")
 @click.option("--compare-dfs", is_flag=True,
               help="Also run plain depth-first search and report what reduction saved.")
-@click.option("--prune-states", is_flag=True,
-              help="Skip states explored before (needs @scenario.fingerprint, and a "
-                   "fingerprint that determines what every task will do).")
+@click.option("--prune-states/--no-prune-states", default=None,
+              help="Skip states explored before (needs @scenario.fingerprint, and one "
+                   "that names every object the processes share) [default: when the "
+                   "scenario's fingerprint is exact].")
 @click.option("--out", default="traces/explore", show_default=True,
               help="Where the shortest violating schedule of each check is written.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None, crashes: int,
             drops: int, dups: int, preemptions: int, service_faults: bool,
             invariants: tuple[str, ...], max_schedules: int, budget: str | None, seed: int,
-            no_por: bool, compare_dfs: bool, prune_states: bool, out: str,
+            no_por: bool, compare_dfs: bool, prune_states: bool | None, out: str,
             as_json: bool) -> None:
     """Run every schedule of SCENARIO within bounds: a proof, or the shortest trace.
 
     Every interleaving, timer, data choice and fault within the bounds is run,
     once per reordering of independent steps (partial-order reduction with
-    sleep sets).  Faults are off unless asked (--crashes, --drops, --dups,
-    --preemptions, --service-faults).  A check that breaks is written as the
-    shortest violating trace found, which `dst replay` reproduces; a check that
-    holds is proven for the bounds the summary states.
+    sleep sets), and a state explored before is not explored again when the
+    scenario's fingerprint is exact.  Faults are off unless asked (--crashes,
+    --drops, --dups, --preemptions, --service-faults).  Each invariant gets its
+    own verdict (a run goes on past one invariant's violation).  A check that
+    breaks is written as the shortest violating trace found; a check that holds
+    is proven for the bounds the summary states.
 
     \b
     Examples:
       dst explore counter -c workers=2 -c increments=3
       dst explore counter -c cas=false --compare-dfs
-      dst explore approval -c llm=happy -c spend_mode=before --invariant AtMostOnce
+      dst explore approval -c llm=happy -c spend_mode=after \\
+          --invariant AtMostOnce --invariant NoResurrection
       dst explore bank.py --max-steps 40 --crashes 1 --budget 5m --json
 
     \b
@@ -154,7 +158,8 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
         plain = None
         if compare_dfs and not no_por:
             plain = _guarded(scenario, scenario_ref, config, seed, lambda: explore(
-                scenario, config, bounds, por=False, seed=seed, progress=show.update))
+                scenario, config, bounds, por=False, prune_states=False, seed=seed,
+                progress=show.update))
         show.close()
         # `dst replay` runs every check of the scenario as shipped, not only --invariant's.
         full = load(scenario_ref) if invariants else scenario
@@ -246,7 +251,7 @@ def _document(result: Exploration, plain: Exploration | None, written: dict[str,
                    "service_faults": b.service_faults, "max_schedules": b.max_schedules,
                    "budget_seconds": b.budget},
         "por": result.por, "no_reduction": result.no_reduction,
-        "prune_states": result.prune_states,
+        "prune_states": result.prune_states, "no_pruning": result.no_pruning,
         "schedules": result.schedules, "exhausted": result.exhausted,
         "stopped": result.stopped, "proof": result.proof, "statement": result.statement(),
         "runs": {"at_rest": result.ended["rest"], "violation": result.ended["violation"],
@@ -256,9 +261,20 @@ def _document(result: Exploration, plain: Exploration | None, written: dict[str,
         "max_depth": result.max_depth, "seconds": round(result.seconds, 3),
         "plain_dfs": None if plain is None else {
             "schedules": plain.schedules, "exhausted": plain.exhausted,
-            "seconds": round(plain.seconds, 3)},
+            "seconds": round(plain.seconds, 3), "agrees": _disagreement(result, plain) is None,
+            "shortest": {n: v.steps for n, v in sorted(plain.violations.items())}},
         "checks": checks,
     }
+
+
+def _disagreement(result: Exploration, plain: Exploration) -> str | None:
+    """Where plain depth-first search saw other verdicts or other shortest violations."""
+    mine = {n: v.steps for n, v in result.violations.items()}
+    theirs = {n: v.steps for n, v in plain.violations.items()}
+    if mine == theirs:
+        return None
+    return ", ".join(f"{n}: {mine.get(n, 'not violated')} against {theirs.get(n, 'not violated')}"
+                     for n in sorted(set(mine) | set(theirs)) if mine.get(n) != theirs.get(n))
 
 
 def _config_text(config: dict[str, Any]) -> str:
@@ -280,15 +296,21 @@ def _print(result: Exploration, plain: Exploration | None, written: dict[str, An
         if plain.exhausted and result.exhausted:
             saved = plain.schedules - result.schedules
             share = saved / plain.schedules if plain.schedules else 0.0
+            differs = _disagreement(result, plain)
             echo(f"  plain DFS      {plain.schedules:,} schedules ({plain.seconds:.2f}s): "
-                 f"reduction saved {saved:,} ({share:.0%})")
+                 f"reduction saved {saved:,} ({share:.0%}); "
+                 + ("same verdicts and shortest violations" if differs is None
+                    else f"IT DISAGREES: {differs}"))
         else:
             echo(f"  plain DFS      stopped after {plain.schedules:,} schedules "
                  f"({plain.stopped_text()})")
     states = (f"{result.states:,}" if result.states is not None
+              else f"- ({result.no_pruning})" if result.no_pruning
               else "- (the scenario declares no @scenario.fingerprint)")
     if result.ended["state"]:
         states += f"; {result.ended['state']:,} runs stopped at a state explored before"
+    elif result.no_pruning and result.states is not None:
+        states += f" ({result.no_pruning})"
     echo(f"  states         {states}")
     cut = f"; {result.cut:,} schedules cut at the bound" if result.cut else ""
     echo(f"  max depth      {result.max_depth} decisions{cut}")
@@ -304,8 +326,8 @@ def _print(result: Exploration, plain: Exploration | None, written: dict[str, An
             if w["replay"] is not None:
                 echo(f"      replay: {w['replay']}")
             else:
-                cause = (" (it checks every invariant, not only --invariant's)"
-                         if w["filtered"] else "")
+                cause = (" (it checks every invariant, and another one breaks first on "
+                         "this schedule)")
                 echo(f"      replay: `dst replay` does not reproduce it{cause}: "
                      f"{visible(w['replay_divergence'] or '')}")
         elif proven:

@@ -14,36 +14,43 @@ nondeterministic, not explored wrongly).
 
 Depth-first search with **sleep sets** (Godefroid) skips schedules that differ
 from explored ones only in the order of independent options
-(:mod:`dst.explore.independence`).  Sleep sets alone visit every reachable
-state and never run two schedules that are reorderings of each other to the
-end; a run whose every enabled option is asleep stops there (*sleep-blocked*).
-Reduction applies only at decisions taken at rest with no preemption left:
-while the preemption budget lasts every option can spend it, and a data choice
-or a decision taken while a task still runs happens inside some option's code,
-so those decisions explore every option and pass on an empty sleep set.
+(:mod:`dst.explore.independence`, which weighs each option's label and the
+*footprint* of its step, :mod:`dst.explore.footprint`).  Sleep sets alone visit
+every reachable state and never run two schedules that are reorderings of each
+other to the end; a run whose every enabled option is asleep stops there
+(*sleep-blocked*).  Reduction applies only at decisions taken at rest with no
+preemption left: while the preemption budget lasts every option can spend it,
+and a data choice or a decision taken while a task still runs happens inside
+some option's code, so those decisions explore every option and pass on an
+empty sleep set.
 
 **States.** A scenario with ``@scenario.fingerprint`` has its distinct states
-counted: the fingerprint of the world together with the kernel's own state
-(stores, messages in flight and in mailboxes, budgets, virtual time, the
-enabled options), compared by a 128-bit digest of its canonical text.  With
-``prune_states`` a state already explored is skipped, when it was explored at a
-depth no greater (so with no fewer steps left) and with a sleep set contained in
-the current one: Godefroid's condition for combining state caching with sleep
-sets.  That is sound only if the fingerprint determines everything the tasks
-hold in memory, so it is asked for, never implied.
+counted (:mod:`dst.explore.states`).  With state caching (``prune_states``; by
+default when the fingerprint is exact) the key also holds every task's memory
+(:mod:`dst.explore.memory`), and a state already explored is skipped when it
+was explored with a sleep set contained in the current one (Godefroid's
+condition for combining state caching with sleep sets), with no fewer steps
+left or with no run below it cut at the bound, and with no more checks already
+broken on the way there.  What its branches found counts from the revisit: the
+shortest violation of each check below it, appended to the current path, so
+the shortest violations stay the shortest.
+
+**Checks.** The explorer checks the invariants itself, after every step, so
+that a run goes on past one invariant's violation and every invariant gets its
+own verdict and its own shortest violation in one search; a run stops at a
+violation only when every invariant is broken on it (and the scenario has no
+end checks or eventually properties), or when the kernel stops it at a built-in
+finding.
 
 **Bounds.** A run still having something to do after ``max_steps`` decisions is
 *cut*; any cut makes "no violation" a statement about runs of that length only,
 and the result says so.  A search stopped by its schedule or time budget is not
-a proof at all.  A run stops at its first violation, so an invariant that only
-breaks after another one has is reported as unproven, not as holding.
+a proof at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -51,171 +58,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+import trio.lowlevel as ll
 
-from ..errors import DivergenceError, ScenarioError, UsageError
+from ..errors import DivergenceError, UsageError
 from ..runner.single import RunResult, replay_trace
-from ..scenario import Scenario
-from ..sim.faults import FaultPlan
+from ..scenario import Check, Scenario
 from ..sim.kernel import Sim
 from ..sim.run import run_sims
 from ..sim.strategy import Replay
 from ..trace.model import Trace
+from .findings import BUILT_IN, Bounds, Exploration, Violation, fault_plan
+from .footprint import FOREIGN, ClockTap, Footprint, StepWatch
 from .independence import Independence
+from .memory import Unreadable
+from .states import process_memory, shared_objects, state_key
 
-#: Findings the kernel reports without a declaration.
-BUILT_IN = ("Deadlock", "Livelock", "NoUncaughtError", "Nondeterminism")
+__all__ = ["BUILT_IN", "Bounds", "Exploration", "Violation", "explore", "fault_plan", "record",
+           "replays"]
 
 _clock = time.perf_counter
 
 
-@dataclass(frozen=True)
-class Bounds:
-    """What "every schedule" ranges over, and when the search gives up."""
-
-    max_steps: int
-    crashes: int = 0
-    drops: int = 0
-    dups: int = 0
-    preemptions: int = 0
-    #: Keep the scenario's service fault budgets (otherwise no service fails).
-    service_faults: bool = False
-    max_schedules: int | None = 100_000
-    #: Seconds of wall time for the whole search.
-    budget: float | None = None
-
-    def describe(self) -> str:
-        def n(count: int, one: str, many: str) -> str:
-            return f"1 {one}" if count == 1 else f"{count} {many}"
-
-        parts = [f"at most {self.max_steps} steps", n(self.crashes, "crash", "crashes"),
-                 n(self.drops, "drop", "drops"), n(self.dups, "duplicate", "duplicates"),
-                 n(self.preemptions, "preemption", "preemptions")]
-        if self.service_faults:
-            parts.append("the scenario's service faults")
-        return ", ".join(parts)
-
-
-def fault_plan(scenario: Scenario, config: Mapping[str, Any], bounds: Bounds) -> FaultPlan:
-    """The scenario's plan with the budgets of ``bounds``: faults off unless asked."""
-    base = scenario.fault_plan(config)
-    return dataclasses.replace(
-        base, max_crashes=bounds.crashes, max_drops=bounds.drops, max_dups=bounds.dups,
-        preemptions=bounds.preemptions, max_partitions=0,
-        services=base.services if bounds.service_faults else {})
-
-
-@dataclass
-class Violation:
-    """The shortest schedule found that breaks one check."""
-
-    name: str
-    message: str
-    #: Decisions of that schedule, as ``Trace.decisions`` lists them.
-    decisions: list[tuple[tuple[str, ...], int]]
-    #: Schedules that stopped at a violation of this check.
-    schedules: int = 1
-
-    @property
-    def steps(self) -> int:
-        return len(self.decisions)
-
-
-@dataclass
-class Exploration:
-    """What a search ran and what it shows."""
-
-    scenario: str
-    config: dict[str, Any]
-    bounds: Bounds
-    plan: FaultPlan
-    por: bool
-    prune_states: bool
-    checks: list[str]
-    schedules: int = 0
-    #: How runs ended: at rest (``rest``), at a ``violation``, ``cut`` at the step
-    #: bound, stopped because every option was asleep (``sleep``) or the state
-    #: was explored before (``state``).
-    ended: Counter[str] = field(default_factory=Counter)
-    #: Options at explored decisions never taken because they were asleep.
-    pruned_branches: int = 0
-    #: Distinct states seen (None: the scenario declares no fingerprint).
-    states: int | None = None
-    max_depth: int = 0
-    seconds: float = 0.0
-    #: True when every branch within the bounds was run.
-    exhausted: bool = False
-    #: Why the search stopped early: ``max_schedules`` or ``budget``.
-    stopped: str | None = None
-    violations: dict[str, Violation] = field(default_factory=dict)
-    #: Why reduction was not used although asked for, if it was not.
-    no_reduction: str | None = None
-
-    @property
-    def cut(self) -> int:
-        return self.ended["cut"]
-
-    @property
-    def proof(self) -> bool:
-        """Every schedule within the bounds ran to its end, none cut at the step bound."""
-        return self.exhausted and self.cut == 0
-
-    def verdict(self, name: str) -> tuple[str, bool]:
-        """(``violated`` | ``holds`` | ``not violated``, whether that is proven).
-
-        ``holds`` means proven within the bounds; ``not violated`` is what was
-        seen, with the reason it is not a proof in :meth:`caveat`.
-        """
-        if name in self.violations:
-            return "violated", True
-        if self.proof and not self._masked(name):
-            return "holds", True
-        return "not violated", False
-
-    def caveat(self, name: str) -> str:
-        if name in self.violations:
-            return ""
-        if not self.exhausted:
-            return (f"the search stopped ({self.stopped_text()}) before every schedule ran: "
-                    "not a proof")
-        if self.cut:
-            return (f"{_schedules(self.cut)} cut at {self.bounds.max_steps} steps: "
-                    "a proof for runs that long only")
-        masked = self._masked(name)
-        if masked:
-            return (f"{_schedules(masked)} stopped at another violation first: "
-                    f"check it alone with --invariant {name}")
-        return ""
-
-    def _masked(self, name: str) -> int:
-        return sum(v.schedules for n, v in self.violations.items() if n != name)
-
-    def stopped_text(self) -> str:
-        if self.stopped == "budget":
-            return f"time budget of {self.bounds.budget:g}s"
-        if self.stopped == "max_schedules":
-            return f"--max-schedules {self.bounds.max_schedules:,}"
-        return "complete"
-
-    def statement(self) -> str:
-        """The sentence that says what the search proves, and what it does not."""
-        space = (f"every schedule of {self.scenario} with {self.bounds.describe()}"
-                 + (" (up to reordering of independent steps)" if self.por else ""))
-        if not self.exhausted:
-            return (f"not a proof: the search stopped at {self.stopped_text()} after "
-                    f"{self.schedules:,} schedules, before {space} had run")
-        if self.cut:
-            return (f"{space} was run, but {_schedules(self.cut)} cut at the step bound: "
-                    f"a proof for runs of at most {self.bounds.max_steps} steps, "
-                    "not for the unbounded system")
-        return f"{space} was run to its end: what holds above is proven within these bounds"
-
-
-def _schedules(n: int) -> str:
-    return "1 schedule was" if n == 1 else f"{n:,} schedules were"
-
-
 class _Stop(DivergenceError):
     """Raised by the search strategy to end a run early (not a divergence of a replay)."""
+
+
+#: Decisions as ``Trace.decisions`` lists them: (enabled labels, index chosen).
+Decisions = tuple[tuple[tuple[str, ...], int], ...]
+_NONE: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -224,11 +94,33 @@ class _Node:
 
     labels: tuple[str, ...]
     reducible: bool
-    sleep: frozenset[str]
+    #: Options asleep here, with the footprint each had when it was explored.
+    sleep: dict[str, Footprint | None]
     chosen: int
     depth: int
     key: bytes | None = None
     done: set[int] = field(default_factory=set)
+    #: The footprint of each option's step from this state, once it ran.
+    prints: dict[int, Footprint] = field(default_factory=dict)
+    #: Checks broken on the path up to and in this node's state.
+    broken: frozenset[str] = _NONE
+    #: A run below this node was cut at the step bound.
+    cut: bool = False
+    #: Check -> (the shortest decisions found from this node to its violation, message).
+    best: dict[str, tuple[Decisions, str]] = field(default_factory=dict)
+    #: Digest of each process's memory in this node's state (state caching only).
+    memory: dict[str, bytes] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Explored:
+    """A state whose every branch was explored: what a revisit may rely on."""
+
+    depth: int
+    sleep: frozenset[str]
+    broken: frozenset[str]
+    cut: bool
+    best: dict[str, tuple[Decisions, str]]
 
 
 class _Run:
@@ -242,8 +134,10 @@ class _Run:
         self.config = config
         self.sim: Sim | None = None
         self.world: Any = None
-        #: Why this run was ended early by the search (``cut``, ``sleep``, ``state``).
+        #: Why this run was ended early by the search (``cut``, ``sleep``, ``state``,
+        #: ``violation``).
         self.stop: str | None = None
+        self.watch = search.watch
         self.independence = Independence(lambda: self._sim().processes,
                                          lambda: self._sim().stores)
 
@@ -252,6 +146,7 @@ class _Run:
         return self.sim
 
     def build(self, sim: Sim) -> None:
+        self.search.watching(self.watch)
         self.world = self.scenario.build(sim, self.config)
 
     def choose(self, step: int, labels: Sequence[str], weights: Sequence[float] | None) -> int:
@@ -268,62 +163,200 @@ def _at_rest() -> bool:
     return False
 
 
+def _owner(label: str) -> str | None:
+    """Whose step a chosen option is, for counting each task's steps."""
+    if label.startswith("deliver:"):
+        return "->" + label.rpartition("->")[2]
+    head, at, _ = label.partition("@")
+    return head if at and head != "timer" else None
+
+
+def _message(name: str, result: object) -> str:
+    """What a check's result says (as the kernel reads it): True holds."""
+    if result is False:
+        return f"{name} does not hold"
+    if isinstance(result, str):
+        return result
+    raise TypeError(f"invariant {name} returned {result!r}; return True when it holds, "
+                    "False or a message when it is violated")
+
+
 class _Search:
-    def __init__(self, result: Exploration, fingerprint: Callable[[Any], Any] | None) -> None:
+    def __init__(self, result: Exploration, scenario: Scenario, memory: bool) -> None:
         self.result = result
-        self.fingerprint = fingerprint
+        self.exact = scenario.state_of is not None
+        self.fingerprint = scenario.state_of or scenario.fingerprint_of
+        #: Keys hold every task's memory (state caching); off once a state is unreadable.
+        self.memory = memory
+        self.invariants: dict[str, Check] = dict(scenario.invariants)
+        #: A run may stop once every invariant is broken on it: nothing is left to see.
+        self.stop_when_broken = bool(self.invariants) and not (
+            scenario.end_checks or scenario.eventual_checks)
         self.stack: list[_Node] = []
         self.finished = False
-        #: State digest -> (depth, sleep set) of each time it was fully explored.
-        self.explored: dict[bytes, list[tuple[int, frozenset[str]]]] = {}
+        #: State digest -> what each full exploration of it found.
+        self.explored: dict[bytes, list[_Explored]] = {}
         self.seen: set[bytes] = set()
         self.diverged: str | None = None
+        #: One watch for every run of the search, installed in the first.
+        self.watch = StepWatch()
+        self.tap = ClockTap()
+
+    def watching(self, watch: StepWatch) -> None:
+        """Inside a run: make sure ``watch`` sees its steps and the clock's reads."""
+        if self.tap.watch is None:
+            ll.add_instrument(watch)
+            self.tap.watch = watch
+        self.tap.install(ll.current_clock())
+        watch.take()  # what ran before the run's first step is no step
 
     # -- inside a run -------------------------------------------------------
 
+    def _check(self, run: _Run) -> list[tuple[str, str]]:
+        """The invariants the state the last step left breaks, with their messages."""
+        world = run.world
+        out = []
+        for name, fn in self.invariants.items():
+            verdict = fn(world)
+            if verdict is not True:
+                out.append((name, _message(name, verdict)))
+        return out
+
     def choose(self, run: _Run, step: int, labels: tuple[str, ...]) -> int:
         stack = self.stack
+        rest = _at_rest()
+        # The step just taken ends here; one that made a data choice, or is decided
+        # while a task runs, is no single transition.
+        fp = run.watch.take() if rest else FOREIGN
+        if not rest:
+            run.watch.taint()
+        if 2 <= step <= len(stack) + 1:
+            prev = stack[step - 2]
+            prev.prints.setdefault(prev.chosen, fp)
         if step <= len(stack):
+            # A state an earlier run checked already (checks only read the world).
             node = stack[step - 1]
             if node.labels != labels:
                 self.diverged = (f"step {step}: expected [{', '.join(node.labels)}], "
                                  f"got [{', '.join(labels)}]")
                 raise _Stop("diverged")
             return node.chosen
+        # The kernel checks invariants exactly here: at rest, before each decision.
+        broken = self._check(run) if rest and self.invariants else []
         result = self.result
+        before = stack[-1].broken if stack else _NONE
+        if broken:
+            path = self._decisions()
+            for name, message in broken:
+                self._found(name, message, path)
+            before = before | {name for name, _ in broken}
+            if self.stop_when_broken and before.issuperset(self.invariants):
+                run.stop = "violation"
+                raise _Stop("violation")
         if step > result.bounds.max_steps:
+            for node in stack:
+                node.cut = True
             run.stop = "cut"
             raise _Stop("cut")
         sim = run.sim
         assert sim is not None
-        rest = _at_rest()
         # A state at rest with no preemption left: its options are the ordinary ones,
         # and whatever is taken, the next state depends on the state and that option.
         settled = rest and sim.preemptions_left <= 0
         reducible = settled and result.por
-        sleep: frozenset[str] = frozenset()
+        sleep: dict[str, Footprint | None] = {}
         if reducible and stack and stack[-1].reducible:
             parent = stack[-1]
             taken = parent.labels[parent.chosen]
-            candidates = parent.sleep.union(parent.labels[i] for i in parent.done)
+            candidates = dict(parent.sleep)
+            for i in parent.done:
+                candidates[parent.labels[i]] = parent.prints.get(i)
             independent = run.independence.independent
             enabled = set(labels)
-            sleep = frozenset(x for x in candidates if x in enabled and independent(x, taken))
+            for x, fx in candidates.items():
+                if x in enabled and independent(x, taken, fx, fp):
+                    sleep[x] = fx
         key = None
+        memory = None
         if self.fingerprint is not None and rest:
-            key = _state_key(sim, run.world, self.fingerprint, labels, result.scenario)
-            self.seen.add(key)
-            if result.prune_states and settled:
-                for depth, slept in self.explored.get(key, ()):
-                    if depth <= step and slept <= sleep:
+            key, memory = self._key(run, sim, labels, fp)
+            if key is not None:
+                self.seen.add(key)
+            if key is not None and result.prune_states and settled:
+                for seen in self.explored.get(key, ()):
+                    if (seen.sleep <= sleep.keys() and seen.broken <= before
+                            and (seen.depth <= step or not seen.cut)):
+                        self._reuse(seen)
                         run.stop = "state"
                         raise _Stop("state")
         first = next((i for i, label in enumerate(labels) if label not in sleep), None)
         if first is None:
             run.stop = "sleep"
             raise _Stop("sleep")
-        stack.append(_Node(labels, reducible, sleep, first, step, key if settled else None))
+        stack.append(_Node(labels, reducible, sleep, first, step, key if settled else None,
+                           broken=before, memory=memory))
         return first
+
+    def _key(self, run: _Run, sim: Sim, labels: tuple[str, ...],
+             fp: Footprint) -> tuple[bytes | None, dict[str, bytes] | None]:
+        """The state's key (None once states cannot be read), and the digests of the
+        processes' memory it holds (state caching only)."""
+        assert self.fingerprint is not None
+        result = self.result
+        if not self.memory:
+            return state_key(sim, run.world, self.fingerprint, labels, result.scenario,
+                             exact=self.exact), None
+        steps: Counter[str] = Counter()
+        for node in self.stack:
+            owner = _owner(node.labels[node.chosen])
+            if owner is not None:
+                steps[owner] += 1
+        # Only the processes whose code ran in the step just taken are read again.
+        parent = self.stack[-1] if self.stack else None
+        known = parent.memory if parent is not None else None
+        changed = None if fp.foreign else fp.procs
+        try:
+            value = self.fingerprint(run.world)
+            memory = process_memory(sim, changed, known, shared_objects(value))
+            return state_key(sim, run.world, self.fingerprint, labels, result.scenario,
+                             processes=memory, steps=steps, value=value), memory
+        except Unreadable as exc:
+            # Not a state this search can recognise again: explore on without
+            # caching or counting states (slower, never wrong).
+            self.memory = False
+            self.fingerprint = None
+            result.prune_states = False
+            result.no_pruning = f"states were not cached: {exc}"
+            return None, None
+
+    def _decisions(self) -> Decisions:
+        return tuple((n.labels, n.chosen) for n in self.stack)
+
+    def _reuse(self, seen: _Explored) -> None:
+        """A state explored before: what its branches found counts from here too."""
+        if seen.cut:
+            for node in self.stack:
+                node.cut = True
+        if seen.best:
+            path = self._decisions()
+            for name, (suffix, message) in seen.best.items():
+                self._found(name, message, path + suffix, reached=False)
+
+    def _found(self, name: str, message: str, decisions: Decisions, *,
+               reached: bool = True) -> None:
+        """A schedule reaching a violation of ``name``: keep it if it is the shortest, and
+        tell every node on the path how far the violation is from it."""
+        found = self.result.violations
+        v = found.get(name)
+        if v is not None and reached:
+            v.schedules += 1
+        if v is None or v.steps > len(decisions):
+            found[name] = Violation(name, message, list(decisions),
+                                    v.schedules if v is not None else 1)
+        for i, node in enumerate(self.stack):
+            known = node.best.get(name)
+            if known is None or len(known[0]) > len(decisions) - i:
+                node.best[name] = (decisions[i:], message)
 
     # -- between runs -------------------------------------------------------
 
@@ -343,28 +376,27 @@ class _Search:
                 "tells what)")
         result.schedules += 1
         result.max_depth = max(result.max_depth, sim.step)
-        if run.stop is not None:
-            result.ended[run.stop] += 1
-        elif sim.violated:
-            result.ended["violation"] += 1
-            self._violated(sim)
-        else:
-            result.ended["rest"] += 1
+        if run.stop is None:
+            if self.stack:
+                last = self.stack[-1]
+                last.prints.setdefault(last.chosen, run.watch.take())
+            decisions = self._decisions()
+            # The state the run ended in (the kernel checks it too), then what the
+            # kernel found: its built-in findings and the end checks.
+            broken = self._check(run) if self.invariants and sim.ended != "violation" else []
+            for name, message in broken:
+                self._found(name, message, decisions)
+            for name in sim.violated:
+                message = next((r[4] for r in sim.records
+                                if r[0] == "violation" and r[3] == name), "")
+                self._found(name, message, decisions)
+                if sim.ended == "violation":
+                    result.stops[name] += 1
+            run.stop = "violation" if broken or sim.violated else "rest"
+        elif run.stop == "violation":
+            result.stops["every invariant"] += 1
+        result.ended[run.stop] += 1
         self._backtrack()
-
-    def _violated(self, sim: Sim) -> None:
-        found = self.result.violations
-        for name in sim.violated:
-            v = found.get(name)
-            if v is not None:
-                v.schedules += 1
-                if v.steps <= sim.step:
-                    continue
-            message = next((r[4] for r in sim.records if r[0] == "violation" and r[3] == name),
-                           "")
-            decisions = [(n.labels, n.chosen) for n in self.stack]
-            found[name] = Violation(name, message, decisions,
-                                    v.schedules if v is not None else 1)
 
     def _backtrack(self) -> None:
         stack = self.stack
@@ -378,7 +410,8 @@ class _Search:
             stack.pop()
             self.result.pruned_branches += sum(1 for label in node.labels if label in node.sleep)
             if node.key is not None and self.result.prune_states:
-                self.explored.setdefault(node.key, []).append((node.depth, node.sleep))
+                self.explored.setdefault(node.key, []).append(_Explored(
+                    node.depth, frozenset(node.sleep), node.broken, node.cut, node.best))
         self.finished = True
 
 
@@ -388,21 +421,26 @@ def explore(
     bounds: Bounds,
     *,
     por: bool = True,
-    prune_states: bool = False,
+    prune_states: bool | None = None,
     seed: int = 0,
     progress: Callable[[Exploration, float], None] | None = None,
 ) -> Exploration:
     """Run every schedule of ``scenario`` within ``bounds`` (see the module docstring).
 
     ``por=False`` is plain depth-first search (every interleaving), for
-    comparison.  ``prune_states`` needs ``@scenario.fingerprint``.  ``seed``
-    fixes the draws fakes make from ``sim.rng`` and ``env.rng``; only recorded
-    choices are explored.  ``progress(result, seconds)`` is called between
-    schedules, about every 50.  Errors raised by the scenario propagate.
+    comparison.  ``prune_states`` skips states explored before: ``None`` (the
+    default) does so when the scenario's fingerprint is exact
+    (``@scenario.fingerprint(exact=True)``), ``True`` needs a fingerprint, and
+    ``False`` never does.  ``seed`` fixes the draws fakes make from ``sim.rng``
+    and ``env.rng``; only recorded choices are explored.  ``progress(result,
+    seconds)`` is called between schedules, about every 50.  Errors raised by
+    the scenario propagate.
     """
-    if prune_states and scenario.fingerprint_of is None:
+    if prune_states and scenario.fingerprint_of is None and scenario.state_of is None:
         raise UsageError(f"{scenario.name} declares no @scenario.fingerprint, so its "
                          "states cannot be compared; explore without pruning states")
+    if prune_states is None:
+        prune_states = scenario.state_of is not None
     cfg = dict(config)
     plan = fault_plan(scenario, cfg, bounds)
     # An ``eventually`` property is met the first time it holds, so whether it is
@@ -414,7 +452,10 @@ def explore(
                    por and scenario.eventual_checks) else None
     result = Exploration(scenario.name, cfg, bounds, plan, por and why_not is None,
                          prune_states, list(scenario.all_checks), no_reduction=why_not)
-    search = _Search(result, scenario.fingerprint_of)
+    search = _Search(result, scenario, memory=prune_states)
+    # The explorer checks the invariants and names states itself; the kernel
+    # keeps the end checks, the eventually properties and its built-in findings.
+    runs = dataclasses.replace(scenario, fingerprint_of=None, invariants={})
     start = _clock()
 
     def jobs() -> Any:
@@ -427,17 +468,20 @@ def explore(
                 return
             if progress is not None and result.schedules % 50 == 0:
                 progress(result, _clock() - start)
-            run = _Run(search, scenario, cfg)
+            run = _Run(search, runs, cfg)
             # One step past the bound, so that the search (not the kernel) sees
             # whether anything was left to do: only then is the run cut.
             sim = Sim(seed, run, faults=plan, max_steps=bounds.max_steps + 1)
             run.sim = sim
             yield sim, run.build
 
-    run_sims(jobs(), search.after)
+    try:
+        run_sims(jobs(), search.after)
+    finally:
+        search.tap.remove()
     result.seconds = _clock() - start
     result.exhausted = search.finished
-    if scenario.fingerprint_of is not None:
+    if search.fingerprint is not None:
         result.states = len(search.seen)
     return result
 
@@ -450,12 +494,22 @@ class _Recorded(Replay):
 
 def record(scenario: Scenario, exploration: Exploration, violation: Violation,
            *, seed: int = 0) -> RunResult:
-    """Run ``violation``'s schedule again, keeping its records: an ordinary trace."""
+    """Run ``violation``'s schedule again, keeping its records: an ordinary trace.
+
+    The run checks ``violation``'s check alone: the search saw each check's
+    violations past the others', and the schedule may pass another check's
+    violation on its way (``dst replay``, which checks every one, then stops
+    there: :func:`replays` says so).
+    """
     cfg = dict(exploration.config)
+    name = violation.name
+    alone = dataclasses.replace(
+        scenario, invariants={k: v for k, v in scenario.invariants.items() if k == name},
+        end_checks={k: v for k, v in scenario.end_checks.items() if k == name})
     steps = max(scenario.max_steps, exploration.bounds.max_steps + 1)
     out: list[Sim] = []
     sim = Sim(seed, _Recorded(violation.decisions), faults=exploration.plan, max_steps=steps)
-    run_sims([(sim, lambda s: scenario.build(s, cfg))], out.append)
+    run_sims([(sim, lambda s: alone.build(s, cfg))], out.append)
     return RunResult(
         seed=seed, verdict=sim.verdict, violated=list(sim.violated), steps=sim.step,
         virtual_time=sim.now, ended=sim.ended or "quiescent", sim=sim,
@@ -468,42 +522,7 @@ def replays(scenario: Scenario, trace: Trace) -> str | None:
 
     ``dst replay`` runs the fault plan the trace's header records, so a schedule
     found under other budgets than the scenario's replays; it runs every check
-    of ``scenario``, so a schedule found checking fewer (``--invariant``) may
-    stop earlier there, at another violation.
+    of ``scenario``, so a schedule that passes another check's violation on its
+    way (or was found checking fewer, ``--invariant``) stops earlier there.
     """
     return replay_trace(scenario, trace).divergence
-
-
-# -- state digests ----------------------------------------------------------------
-
-
-def _state_key(sim: Sim, world: Any, fingerprint: Callable[[Any], Any],
-               labels: tuple[str, ...], scenario: str) -> bytes:
-    """A digest of everything that decides what can happen next, as far as dst can see it."""
-    kernel: dict[str, Any] = {
-        "enabled": labels,
-        "now": sim.now,
-        "budgets": [sim.crashes_left, sim.drops_left, sim.dups_left, sim.preemptions_left,
-                    sim.partitions_left, sim.cut_off, sorted(sim.crashed), sim.calm_at,
-                    [name for name, _, _ in getattr(sim, "_pending", ())],
-                    getattr(sim, "_service_faults", None), getattr(sim, "_process_crashes", None),
-                    getattr(sim, "_link_drops", None), getattr(sim, "_link_dups", None)],
-        "stores": {name: sorted(store.data.items()) for name, store in sim.stores.items()},
-        "in_flight": [[m.id, m.source, m.dest, m.body] for m in sim.net.in_flight.values()],
-        "processes": {name: [p.state, p.incarnation, [[m.source, m.body] for m in p.mailbox]]
-                      for name, p in sim.processes.items()},
-    }
-    try:
-        text = json.dumps([fingerprint(world), kernel], sort_keys=True,
-                          separators=(",", ":"), default=_encode)
-    except (TypeError, ValueError) as exc:
-        raise ScenarioError(
-            f"the fingerprint of {scenario} returned a value with no stable text ({exc}); "
-            "return JSON values, tuples, frozensets, strings and numbers") from None
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
-
-
-def _encode(value: Any) -> Any:
-    if isinstance(value, (set, frozenset)):
-        return sorted(json.dumps(v, sort_keys=True, default=_encode) for v in value)
-    raise TypeError(f"{type(value).__name__} is not JSON")

@@ -14,25 +14,35 @@ point; that code can touch anything process ``P`` holds in memory, wake other
 tasks of ``P``, start timers, and ask the fakes for data choices.  Different
 processes share only durable stores, messages and outside services (and any
 Python object a scenario deliberately gives to more than one of them, which the
-relation cannot see: see ``docs/design.md``).  Hence:
+relation cannot see: see ``docs/design.md``).  The label gives an option's
+*access* (:func:`access`); the explorer also watches each step run and passes
+its *footprint* (:mod:`dst.explore.footprint`: the processes whose code ran,
+whether it read the clock).  Hence:
 
-* two options of the same process are dependent (they share its memory);
-  a delivery to ``P`` belongs to ``P`` (it wakes ``P``'s receiver);
+* two options whose steps ran code of one process are dependent (they share
+  its memory); a delivery to ``P`` runs ``P``'s receiver;
 * store operations of different processes commute unless they touch the same
   key of the same store and one of them writes (``put``, ``cas`` and
   ``delete`` write; ``get`` and ``scan`` read; a ``scan(prefix)`` touches every
   key under ``prefix``);
-* a send only adds a message to the network: sends of different processes
-  commute unless they go to the same destination, and a send commutes with
-  store operations and deliveries of other processes;
+* a send only adds a message to the network, so sends of different processes
+  commute (in either order the same messages are in flight, under swapped ids),
+  and a send commutes with store operations and deliveries of other processes;
 * deliveries to different processes commute;
 * a message fault (``drop:``, ``dup:``) spends a budget shared by every message:
   dependent with every other message fault and with any option on the same
   message, independent of the rest;
-* timers (they move the clock every task can read), crashes, restarts,
-  partitions, service calls (their handlers are shared Python state) and their
-  fault variants, tasks held at trio checkpoints (``@run``: they spend the
-  preemption budget) and data choices are dependent with everything.
+* a timer moves the clock and wakes the tasks sleeping until then.  With both
+  footprints known it commutes with a step of another process that never read
+  the clock (and is not a service call: a fake's handler may read ``sim.now``,
+  which dst does not see); without them it is dependent with everything;
+* a service call runs the fake's handler, Python state shared by every caller:
+  dependent with every other service call and with timers, and, with both
+  footprints known, independent of the store operations, sends and deliveries
+  of other processes;
+* crashes, restarts, partitions, tasks held at trio checkpoints (``@run``: they
+  spend the preemption budget) and data choices are dependent with everything,
+  as is a step whose footprint says it was not atomic.
 
 Two sends, or a send and a duplicate, taken in either order leave the same
 messages under swapped ids (``m3``/``m4``): states equal up to the names of
@@ -45,19 +55,25 @@ import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from .footprint import Footprint
+
 #: Operations on a store that change it; ``get`` and ``scan`` only read.
 _WRITES = frozenset({"put", "cas", "delete"})
 _STORE_OP = re.compile(r"(get|put|cas|delete|scan)\((.*)\)", re.DOTALL)
 _MESSAGE = re.compile(r"(deliver|drop|dup):(m\d+)\((.*)\)", re.DOTALL)
+_TIMER = re.compile(r"timer@[0-9][0-9.e+-]*")
+_CALL = re.compile(r"call:([^.!]+)\.[^!]*(?:!(?:fail|lose_reply|delay|repeat))?", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
 class Access:
     """What taking one option touches, as far as commuting goes.
 
-    ``kind`` is ``store``, ``send``, ``deliver``, ``message_fault`` or
-    ``global`` (dependent with everything).  ``proc`` is the process whose
-    memory the option's code runs in (None for a message fault).
+    ``kind`` is ``store``, ``send``, ``deliver``, ``message_fault``, ``timer``,
+    ``call`` (a service call or one of its fault variants; ``store`` holds the
+    service's name) or ``global`` (dependent with everything).  ``proc`` is the
+    process whose memory the option's code starts in (None for a message fault
+    or a timer).
     """
 
     kind: str
@@ -71,6 +87,7 @@ class Access:
 
 
 GLOBAL = Access("global")
+TIMER = Access("timer")
 
 
 def _overlap(a: Access, b: Access) -> bool:
@@ -83,26 +100,37 @@ def _overlap(a: Access, b: Access) -> bool:
     return a.key == b.key
 
 
-def commute(a: Access, b: Access) -> bool:
-    """Whether options with these accesses are independent (see the module docstring)."""
+def commute(a: Access, b: Access, fa: Footprint | None = None,
+            fb: Footprint | None = None) -> bool:
+    """Whether options with these accesses (and, when known, the footprints of their
+    steps from the same state) are independent (see the module docstring)."""
     if a.kind == "global" or b.kind == "global":
         return False
     if a.proc is not None and a.proc == b.proc:
         return False
     kinds = {a.kind, b.kind}
+    if fa is None or fb is None:
+        if "timer" in kinds or "call" in kinds:
+            return False  # what they did is unknown: a timer or a handler may touch anything
+    else:
+        if fa.foreign or fb.foreign or not fa.procs.isdisjoint(fb.procs):
+            return False
+        if "timer" in kinds:
+            if a.kind == b.kind or "call" in kinds:
+                return False
+            other = fb if a.kind == "timer" else fa
+            return not other.clock
+        if "call" in kinds:
+            return a.kind != b.kind
     if kinds == {"store"}:
         if a.store != b.store or not (a.write or b.write):
             return True
         return not _overlap(a, b)
-    if kinds == {"send"}:
-        return a.dest != b.dest
     if "message_fault" in kinds:
         if a.kind == b.kind:
             return False  # one budget for every message
         return a.message != b.message
-    if kinds == {"deliver"}:
-        return True  # different destinations: the same one is the same process
-    return True  # store/send/deliver of two different processes
+    return True  # sends, deliveries, store operations of two different processes
 
 
 class Independence:
@@ -132,8 +160,11 @@ class Independence:
             found = self._known[label] = _classify(label, procs, stores)
         return found
 
-    def independent(self, a: str, b: str) -> bool:
-        return a != b and commute(self.access(a), self.access(b))
+    def independent(self, a: str, b: str, fa: Footprint | None = None,
+                    fb: Footprint | None = None) -> bool:
+        """Whether options ``a`` and ``b`` commute; ``fa`` and ``fb`` are the footprints
+        of their steps from the same state, when the caller watched them run."""
+        return a != b and commute(self.access(a), self.access(b), fa, fb)
 
 
 def _classify(label: str, procs: Collection[str], stores: Collection[str]) -> Access:
@@ -146,9 +177,11 @@ def _classify(label: str, procs: Collection[str], stores: Collection[str]) -> Ac
         if kind == "deliver":
             return Access("deliver", proc=ends[0][1], message=mid)
         return Access("message_fault", message=mid)
+    if _TIMER.fullmatch(label):
+        return TIMER
     readings = []
     for at in range(label.find("@"), len(label)):
-        if label[at] != "@":
+        if at < 0 or label[at] != "@":
             continue
         proc = _owner(label[:at], procs)
         if proc is None:
@@ -168,8 +201,11 @@ def _owner(task: str, procs: Collection[str]) -> str | None:
 def _operation(op: str, proc: str, stores: Collection[str]) -> Access | None:
     if op.startswith("send(") and op.endswith(")"):
         return Access("send", proc=proc, dest=op[5:-1])
-    if op == "run" or op.startswith("call:"):
+    if op == "run":
         return GLOBAL
+    if op.startswith("call:"):
+        m = _CALL.fullmatch(op)
+        return Access("call", proc=proc, store=m.group(1)) if m is not None else GLOBAL
     readings = []
     for store in stores:
         if not op.startswith(store + "."):

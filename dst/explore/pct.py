@@ -45,6 +45,27 @@ Data choices (a fake's ``sim.choose(label, options)``: every label is
 ``label:option`` for one ``label`` that is not the kernel's) are drawn
 uniformly from the seed: PCT's guarantee is about orderings, and a fake's
 answers are not actors.
+
+**When PCT defers to the random walk.**  PCT pays off when a bug needs one
+actor to run a long way inside another's window: its priorities keep the
+window open however many steps that takes, where a random walk closes it with
+probability about one half per step.  When the runs give each contending actor
+only a few contested steps (``k < 5 n``, ``n`` the actors that contend), there
+is little such way to run, and what bugs need there is fine interleaving,
+which a random walk gives and PCT's priorities take away.  Measured on the
+shipped planted bugs (``benchmarks/README.md``), every variant tried on the
+short ``approval`` races (depths 3 to 8, a random step mixed into every
+contested step or into the steps before a write, the world's options as
+actors, newly created actors first, runs in bursts) found them less often than
+the random walk, and the variants that came closest lost the long-window bugs;
+on the replenisher's runs (``k`` from 4 to 5 times ``n``) PCT and the random
+walk find most bugs at the same rate, in the first seed or two.  So with ``n``
+known (estimated with ``k``), a run of fewer than ``5 n`` contested steps is
+scheduled exactly as ``random`` schedules the same seed, and pct is never
+worse than the random walk; the strategy's name records ``n``
+(``pct:d=5,k=14,n=10``).  Long windows (a check-then-act lock taken after
+twelve writes, ``k = 7 n``; an entity's year of checks, ``k = 6.6 n``) stay
+PCT's, where it finds in one run what the random walk needs hundreds for.
 """
 
 from __future__ import annotations
@@ -52,6 +73,8 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+
+from ..sim.strategy import RandomWalk
 
 #: The default bug depth: four change points.  Depth 2 is enough for an
 #: atomicity violation between two actors, but on the shipped planted bugs
@@ -63,12 +86,16 @@ DEFAULT_DEPTH = 5
 
 #: How the world (timers and faults) is scheduled (see the module docstring).
 WORLDS = ("weighted", "actor")
+DEFAULT_WORLD = "weighted"
 
 #: Label prefixes of the kernel's own options (never a fake's data label).
 _KERNEL_HEADS = frozenset({"deliver", "drop", "dup", "crash", "restart", "partition"})
 _FAULT_PREFIXES = ("drop:", "dup:", "crash:", "restart:", "partition:")
 _CALL_FAULT = re.compile(r"!(fail|lose_reply|delay|repeat)$")
 _TIMER = re.compile(r"timer@[0-9]")
+
+#: Contested steps per contending actor below which PCT defers to the random walk.
+WALK_BELOW = 5
 
 FAULTS = "faults"
 TIMER = "timer"
@@ -107,11 +134,15 @@ class PCT:
     """The PCT scheduler for one seed; ``name`` records its parameters."""
 
     def __init__(self, seed: int, depth: int = DEFAULT_DEPTH, steps: int = 200,
-                 world: str = "weighted") -> None:
-        if depth < 1 or steps < 1 or world not in WORLDS:
-            raise ValueError(f"PCT needs depth >= 1, steps >= 1 and a world of {WORLDS}, "
-                             f"not d={depth}, k={steps}, world={world!r}")
-        self.name = f"pct:d={depth},k={steps}" + ("" if world == "weighted" else f",{world=!s}")
+                 world: str = DEFAULT_WORLD, actors: int | None = None) -> None:
+        if depth < 1 or steps < 1 or world not in WORLDS or (actors is not None and actors < 1):
+            raise ValueError(f"PCT needs depth >= 1, steps >= 1, actors >= 1 and a world of "
+                             f"{WORLDS}, not d={depth}, k={steps}, n={actors}, world={world!r}")
+        self.name = (f"pct:d={depth},k={steps}" + ("" if actors is None else f",n={actors}")
+                     + ("" if world == DEFAULT_WORLD else f",{world=!s}"))
+        #: Short runs of many actors: the random walk of the same seed (module docstring).
+        self._walk = (RandomWalk(seed) if actors is not None and steps < WALK_BELOW * actors
+                      else None)
         self._weigh_world = world == "weighted"
         # Separate streams: a data choice or the world's draw never shifts the
         # priorities and change points, and the priorities never shift those.
@@ -123,8 +154,10 @@ class PCT:
         #: which lie in [0, 1)), in the random order they were drawn.
         self._changes = {step: float(i - depth) for i, step in enumerate(points)}
         self._priority: dict[str, float] = {}
-        #: Contested steps so far (what ``k`` counts; read by the estimate of ``k``).
+        #: Contested steps so far, and the actors that contended in them (what ``k``
+        #: and ``n`` count; read by their estimate).
         self.contested = 0
+        self.contenders: set[str] = set()
 
     def _of(self, actor: str) -> float:
         p = self._priority.get(actor)
@@ -134,9 +167,16 @@ class PCT:
             p = self._priority[actor] = self._rng.random()
         return p
 
+    @property
+    def walks(self) -> bool:
+        """Whether this run is the random walk's (see the module docstring)."""
+        return self._walk is not None
+
     def choose(
         self, step: int, labels: Sequence[str], weights: Sequence[float] | None
     ) -> int:
+        if self._walk is not None:
+            return self._walk.choose(step, labels, weights)
         n = len(labels)
         if n == 1:
             self._of(actor_of(labels[0]))
@@ -170,6 +210,7 @@ class PCT:
                 distinct += 1
         if distinct > 1:
             self.contested += 1
+            self.contenders.update(a for a in actors if a)
             low = self._changes.get(self.contested)
             if low is not None:
                 self._priority[best_actor] = low

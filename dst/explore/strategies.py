@@ -8,9 +8,10 @@ strategy for each seed, and, for strategies that vary the world as well as the
 schedule (``swarm``), the fault plan for each seed.
 
 A run is a pure function of the scenario, its config, the seed and the spec:
-``pct`` without ``k`` estimates it from runs of the scenario that are
-themselves fixed by the scenario and config, and records the ``k`` it used in
-every trace header (``pct:d=5,k=41``).
+``pct`` without ``k`` estimates it, and the number ``n`` of actors that
+contend, from runs of the scenario that are themselves fixed by the scenario
+and config, and records what it used in every trace header
+(``pct:d=5,k=41,n=9``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..scenario import Scenario
 from ..sim.faults import FaultPlan
 from ..sim.strategy import RandomWalk, Strategy
 from .pct import DEFAULT_DEPTH as DEFAULT_DEPTH
-from .pct import PCT, WORLDS
+from .pct import DEFAULT_WORLD, PCT, WORLDS
 from .swarm import SwarmWalk, swarm_plan
 
 #: The strategy names, in the order help texts list them.
@@ -60,11 +61,13 @@ _PCT = re.compile(r"pct(?::(?P<params>.*))?")
 def parse(spec: str, *, depth: int | None = None, steps: int | None = None) -> str:
     """``spec`` checked and in its normal form; ``depth``/``steps`` fill in PCT's.
 
-    ``pct`` becomes ``pct:d=5`` (``k`` estimated per scenario and config), and
-    ``--pct-depth``/``--pct-steps`` land in the spec, so that the results
-    database keeps runs with other parameters apart.  ``pct:...,world=actor``
-    schedules timers and faults as priority actors too (``dst.explore.pct``).
-    Raises ``UsageError`` with the names known.
+    ``pct`` becomes ``pct:d=5`` (``k`` and ``n`` estimated per scenario and
+    config), and ``--pct-depth``/``--pct-steps`` land in the spec, so that the
+    results database keeps runs with other parameters apart.  ``n=`` (the
+    actors that contend) is what lets PCT defer to the random walk on short
+    runs; a spec that gives ``k`` without it is PCT throughout.
+    ``pct:...,world=actor`` schedules timers and faults as priority actors too
+    (``dst.explore.pct``).  Raises ``UsageError`` with the names known.
     """
     text = spec.strip()
     m = _PCT.fullmatch(text)
@@ -84,21 +87,26 @@ def parse(spec: str, *, depth: int | None = None, steps: int | None = None) -> s
     if k is not None and not 1 <= int(k) <= MAX_STEPS:
         raise UsageError(f"PCT steps {k} is out of range; give 1..{MAX_STEPS:,} (or leave it "
                          "out to estimate it)")
-    world = params.get("world", "weighted")
+    n = params.get("n")
+    if n is not None and not 1 <= int(n) <= MAX_STEPS:
+        raise UsageError(f"PCT actors {n} is out of range; give 1..{MAX_STEPS:,} (or leave it "
+                         "out to estimate it)")
+    world = params.get("world", DEFAULT_WORLD)
     return (f"pct:d={d}" + (f",k={k}" if k is not None else "")
-            + (f",world={world}" if world != "weighted" else ""))
+            + (f",n={n}" if n is not None else "")
+            + (f",world={world}" if world != DEFAULT_WORLD else ""))
 
 
 def _params(text: str, spec: str) -> dict[str, int | str]:
     out: dict[str, int | str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = (x.strip() for x in part.partition("="))
-        if key in ("d", "k") and value.isdigit():
+        if key in ("d", "k", "n") and value.isdigit():
             out[key] = int(value)
         elif key == "world" and value in WORLDS:
             out[key] = value
         else:
-            raise UsageError(f"strategy {spec!r}: PCT takes d=DEPTH, k=STEPS and "
+            raise UsageError(f"strategy {spec!r}: PCT takes d=DEPTH, k=STEPS, n=ACTORS and "
                              f"world={'|'.join(WORLDS)} (e.g. pct:d=3,k=200)")
     return out
 
@@ -112,20 +120,33 @@ def explore(spec: str, scenario: Scenario, config: Mapping[str, Any]) -> Explora
         return Exploration(spec, SwarmWalk, swarm_plan)
     params = _params(spec.partition(":")[2], spec)
     depth = int(params["d"])
-    world = str(params.get("world", "weighted"))
-    steps = int(params.get("k") or estimate_steps(scenario, config, world))
-    return Exploration(spec, lambda seed: PCT(seed, depth, steps, world))
+    world = str(params.get("world", DEFAULT_WORLD))
+    given = params.get("n")
+    actors: int | None = int(given) if given is not None else None
+    if params.get("k"):
+        steps = int(params["k"])
+    else:
+        steps, counted = estimate(scenario, config, world)
+        actors = actors if actors is not None else counted
+    return Exploration(spec, lambda seed: PCT(seed, depth, steps, world, actors))
 
 
 #: Estimates made in this process: (scenario name, its id, config, world) ->
-#: (scenario, k).  The scenario is kept with its estimate so that its id cannot
+#: (scenario, k, n).  The scenario is kept with its estimate so that its id cannot
 #: be reused by another.
-_ESTIMATES: dict[tuple[str, int, str, str], tuple[Scenario, int]] = {}
+_ESTIMATES: dict[tuple[str, int, str, str], tuple[Scenario, int, int]] = {}
 
 
 def estimate_steps(scenario: Scenario, config: Mapping[str, Any],
-                   world: str = "weighted") -> int:
-    """PCT's ``k`` for this scenario and config: the most contested steps of a few runs.
+                   world: str = DEFAULT_WORLD) -> int:
+    """PCT's ``k`` for this scenario and config (see :func:`estimate`)."""
+    return estimate(scenario, config, world)[0]
+
+
+def estimate(scenario: Scenario, config: Mapping[str, Any],
+             world: str = DEFAULT_WORLD) -> tuple[int, int]:
+    """PCT's ``k`` and ``n`` for this scenario and config: the most contested steps of
+    a few runs, and the most actors that contended in one of them.
 
     The runs are PCT's own with no change point (``d=1``: priorities alone), so
     they count what ``k`` counts, steps where two actors or more compete, on the
@@ -140,7 +161,7 @@ def estimate_steps(scenario: Scenario, config: Mapping[str, Any],
            world)
     known = _ESTIMATES.get(key)
     if known is not None:
-        return known[1]
+        return known[1], known[2]
     made: list[PCT] = []
 
     def make(seed: int) -> PCT:
@@ -149,5 +170,6 @@ def estimate_steps(scenario: Scenario, config: Mapping[str, Any],
 
     run_seeds(scenario, config, range(ESTIMATE_RUNS), lambda _result: None, strategy=make)
     k = max([MIN_STEPS, *(p.contested for p in made)])
-    _ESTIMATES[key] = (scenario, k)
-    return k
+    n = max([1, *(len(p.contenders) for p in made)])
+    _ESTIMATES[key] = (scenario, k, n)
+    return k, n

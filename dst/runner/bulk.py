@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection as mpc
-import os
 import shlex
 import signal
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -37,8 +35,11 @@ from ..errors import DstError, InternalError, ScenarioError
 from ..explore.strategies import explore
 from ..registry import describe_exception, load, user_frame
 from ..scenario import Scenario
-from ..trace.model import canonical, current_hash_seed
+from ..trace.model import current_hash_seed
+from .determinism import comparable, cross_difference, first_difference, other_hash_seeds
+from .groups import BOUNDED_KEPT, GroupBook, KeepPolicy, signature, to_render
 from .single import RunResult, run_seeds
+from .workers import STOP, Beat, CtrlC, Pool, Slot, describe_death, die_with_parent
 
 #: Seeds per task sent to a worker: big enough to amortise ``trio.run`` and the
 #: inter-process round trip, small enough for a smooth progress display.
@@ -56,8 +57,8 @@ GRACE = 2.0
 #: How often the watching process looks at the heartbeats when nothing arrives.
 _POLL = 0.1
 
-# Slots of a worker's heartbeat array.
-_TICKS, _CURRENT, _STOP = 0, 1, 2
+#: The heartbeat, by its old name (``run_chunk(beat=...)``).
+_Beat = Beat
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,9 @@ class SeedOutcome:
     verdict: str
     violated: tuple[str, ...]
     steps: int
-    trace_text: str | None  # only for failing seeds (or all, when asked)
+    #: Failing seeds (and runs cut at the step bound) whose trace is wanted; None
+    #: for the rest, and for a failure a worker was told will not be kept.
+    trace_text: str | None
     nondeterminism: str | None = None
     #: Why the run ended; "bound" means it hit its step bound, so its end-of-run
     #: checks did not run (a summary says how many did).
@@ -79,11 +82,15 @@ class SeedOutcome:
     probes_declared: frozenset[str] = frozenset()
     probes_reached: frozenset[str] = frozenset()
     states: frozenset[int] = frozenset()
+    #: A failing seed's group (``dst.runner.groups.signature``); None when it passed.
+    signature: str | None = None
 
 
 @dataclass
 class BulkSummary:
     runs: int = 0
+    #: Every failing seed, when ``keep_traces``; otherwise empty, and ``failed``
+    #: and ``groups`` say what failed (a long run must not hold an entry per failure).
     failures: list[SeedOutcome] = field(default_factory=list)
     by_invariant: dict[str, int] = field(default_factory=dict)
     nondeterministic: list[SeedOutcome] = field(default_factory=list)
@@ -102,15 +109,22 @@ class BulkSummary:
     stalled: str | None = None
     #: The seed the stopped worker was on, when ``stalled``.
     stalled_seed: int | None = None
-    #: Keep each failure's trace text in ``failures``.  Off when the caller writes
-    #: traces to disk as chunks come back: a long run with a planted bug switched
-    #: on must not hold thousands of traces in memory.
+    #: Keep every failure, with its trace text, in ``failures``.  Off when the
+    #: caller writes the traces it keeps to disk as chunks come back: a long run
+    #: with a planted bug switched on must not hold thousands of them in memory.
     keep_traces: bool = True
     #: Coverage across the runs: every probe called in any run, those that held
     #: in at least one, and the digests of the distinct fingerprints seen.
     probes_declared: set[str] = field(default_factory=set)
     probes_reached: set[str] = field(default_factory=set)
     states: set[int] = field(default_factory=set)
+    #: Failing seeds, and their groups by signature (``dst.runner.groups``).
+    failed: int = 0
+    groups: GroupBook = field(default_factory=GroupBook)
+    #: ``max_failures`` was reached: the seeds after the last failure counted did not run.
+    stopped_early: bool = False
+    #: Traces of runs cut at the step bound kept so far (the caller counts them).
+    bounded_kept: int = 0
 
     @property
     def probes_never_reached(self) -> list[str]:
@@ -122,6 +136,19 @@ class BulkSummary:
         if len(self.bounded_seeds) < 3:
             self.bounded_seeds.append(seed)
 
+    def count_failure(self, seed: int, steps: int, violated: Iterable[str],
+                      sig: str | None) -> None:
+        """Count one failing seed in ``failed``, ``by_invariant`` and its group."""
+        self.failed += 1
+        for name in violated:
+            self.by_invariant[name] = self.by_invariant.get(name, 0) + 1
+        if sig is not None:
+            self.groups.group(sig).count_failure(seed, steps)
+
+    def keep_policy(self) -> KeepPolicy | None:
+        """What workers should render now (None: every failing trace)."""
+        return self.groups.policy(max(0, BOUNDED_KEPT - self.bounded_kept))
+
     def absorb(self, outcomes: list[SeedOutcome]) -> None:
         for o in outcomes:
             self.runs += 1
@@ -129,10 +156,9 @@ class BulkSummary:
             if o.ended == "bound":
                 self.add_bounded(o.seed)
             if o.verdict == "fail":
-                self.failures.append(replace(o, lines=None) if self.keep_traces
-                                     else replace(o, trace_text=None, lines=None))
-                for name in o.violated:
-                    self.by_invariant[name] = self.by_invariant.get(name, 0) + 1
+                if self.keep_traces:
+                    self.failures.append(replace(o, lines=None))
+                self.count_failure(o.seed, o.steps, o.violated, o.signature)
             if o.nondeterminism:
                 self.nondeterministic.append(replace(o, lines=None))
             if o.probes_declared:
@@ -142,38 +168,30 @@ class BulkSummary:
                 self.states |= o.states
 
 
-def _outcome(r: RunResult, keep_trace: bool) -> SeedOutcome:
-    # Failing runs and runs cut at the step bound keep their traces: both are
-    # what a user has to look at.
-    text = r.trace().text() if (keep_trace or r.verdict == "fail" or r.ended == "bound") \
-        else None
-    return SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps, text, ended=r.ended,
-                       probes_declared=r.probes_declared, probes_reached=r.probes_reached,
-                       states=r.states)
+def _outcomes(results: list[RunResult], keep: KeepPolicy | None) -> list[SeedOutcome]:
+    """One outcome per run, with the traces worth rendering: with ``keep`` None every
+    failing and bounded run's (the caller keeps them all), else those ``keep`` wants."""
+    sigs = {r.seed: signature(r.sim.records, r.violated) for r in results
+            if r.verdict == "fail"}
+    if keep is None:
+        render = set(sigs) | {r.seed for r in results if r.ended == "bound"}
+    else:
+        render = to_render(((r.seed, r.steps, sigs[r.seed]) for r in results
+                            if r.seed in sigs), keep)
+        bounded = [r.seed for r in results if r.ended == "bound" and r.seed not in sigs]
+        render.update(bounded[:keep.bounded])
+    return [SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps,
+                        r.trace().text() if r.seed in render else None, ended=r.ended,
+                        probes_declared=r.probes_declared, probes_reached=r.probes_reached,
+                        states=r.states, signature=sigs.get(r.seed))
+            for r in results]
 
 
 # -- one chunk, in whatever process runs it ---------------------------------------------
 
 
-class _Beat:
-    """A worker's heartbeat: shared memory the watching process reads without asking."""
-
-    def __init__(self, array: Any) -> None:
-        self.array = array
-
-    @property
-    def stopped(self) -> bool:
-        return bool(self.array[_STOP])
-
-    def starting(self, seed: int) -> None:
-        self.array[_CURRENT] = seed
-
-    def finished(self) -> None:
-        self.array[_TICKS] += 1
-
-
 def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: Iterable[int],
-               beat: _Beat | None, strategy: str = "random") -> list[RunResult]:
+               beat: Beat | None, strategy: str = "random") -> list[RunResult]:
     """Run ``seeds`` in order under the strategy ``strategy`` names (a spec of
     ``dst.explore.strategies``), stopping early when asked; user errors become one line."""
     results: list[RunResult] = []
@@ -205,16 +223,20 @@ def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: It
 
 def run_chunk(
     scenario_ref: str, config: Mapping[str, Any], seeds: list[int],
-    check_determinism: bool = False, *, beat: _Beat | None = None, strategy: str = "random",
+    check_determinism: bool = False, *, beat: Beat | None = None, strategy: str = "random",
+    keep: KeepPolicy | None = None,
 ) -> list[SeedOutcome]:
     """Run one chunk; with ``check_determinism`` twice, keeping every run's lines.
 
-    The second pass runs in the same process right after the first, so a run that
-    depends on what an earlier run left behind (a module global) differs.
+    Every failing outcome carries its signature; its trace text only if ``keep``
+    wants it (``keep`` None: every failing and bounded run's trace, as a caller
+    that keeps them all needs).  The second pass runs in the same process right
+    after the first, so a run that depends on what an earlier run left behind (a
+    module global) differs.
     """
     scenario = load(scenario_ref)
     first = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy)
-    outcomes = [_outcome(r, False) for r in first]
+    outcomes = _outcomes(first, keep)
     if not check_determinism:
         return outcomes
     second = _run_pass(scenario, scenario_ref, config, [r.seed for r in first], beat,
@@ -227,42 +249,6 @@ def run_chunk(
         checked.append(o if diff is None else
                        replace(o, nondeterminism=diff, trace_text=a.trace().text()))
     return checked
-
-
-def comparable(r: RunResult) -> tuple[str, ...]:
-    """A run's trace lines but the header (it names the hash seed) and the footer's hash."""
-    trace = r.trace()
-    return (*trace.record_lines(), canonical(trace.footer))
-
-
-def first_difference(a: RunResult, b: RunResult) -> str | None:
-    """The first record where two runs of one seed differ, described; None if identical."""
-    if a.sim.records == b.sim.records:
-        return None
-    la, lb = a.trace().record_lines(), b.trace().record_lines()
-    for i, (x, y) in enumerate(zip(la, lb, strict=False)):
-        if x != y:
-            return f"record {i + 1} differs:\n    first run:  {x}\n    second run: {y}"
-    if len(la) != len(lb):
-        return f"first run has {len(la)} records, second run {len(lb)}"
-    return None
-
-
-def cross_difference(a: tuple[str, ...], b: tuple[str, ...], here_seed: int | None,
-                     there_seed: int) -> str | None:
-    """The first record where one seed's runs in two processes differ, described."""
-    if a == b:
-        return None
-    mine = "random" if here_seed is None else str(here_seed)
-    why = (f"in another process (PYTHONHASHSEED={there_seed}, here {mine}): the run "
-           "depends on hash order (does it iterate a set of strings?) or on what earlier "
-           "runs in the process left behind")
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            what = "the footer" if i == len(a) - 1 == len(b) - 1 else f"record {i + 1}"
-            return (f"{what} differs {why}:\n    this process:  {x}\n"
-                    f"    other process: {y}")
-    return f"this process has {len(a) - 1} records, the other {len(b) - 1}, {why}"
 
 
 def user_error(exc: BaseException, scenario: Scenario, ref: str, config: Mapping[str, Any],
@@ -337,7 +323,8 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
     Ctrl-C is left to the watching process, which stops cleanly and summarises.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    beat = _Beat(array)
+    die_with_parent()
+    beat = Beat(array)
     while True:
         try:
             job = conn.recv()
@@ -345,7 +332,7 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
             return
         if job is None:
             return
-        ref, config, seeds, mode, strategy = job
+        ref, config, seeds, mode, strategy, keep = job
         reply: tuple[Any, ...]
         try:
             if hash_seed is not None and current_hash_seed() != hash_seed:
@@ -357,13 +344,16 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
                                 _run_pass(scenario, ref, config, seeds, beat, strategy)])
             else:
                 reply = ("ok", run_chunk(ref, config, seeds, mode == "check", beat=beat,
-                                         strategy=strategy))
+                                         strategy=strategy, keep=keep))
         except DstError as err:
             reply = ("error", err.exit_code, str(err))
         except BaseException as exc:  # a dst bug: still one line, never a pool traceback
             reply = ("error", InternalError.exit_code,
                      str(InternalError(describe_exception(exc))))
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except OSError:  # the watching process is gone: nobody to answer
+            return
 
 
 def _relayed(code: int, message: str) -> DstError:
@@ -388,128 +378,14 @@ class _Entry:
         return self.abandoned or (self.outcomes is not None and not self.awaiting)
 
 
-class _Slot:
-    """One worker process, its pipe, its heartbeat and the chunk it is running."""
-
-    def __init__(self, ctx: Any, hash_seed: int | None) -> None:
-        self.array = ctx.RawArray("q", 3)
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, self.array, hash_seed),
-                                daemon=True, name="dst-worker")
-        _start_without_sigint(self.proc, hash_seed)
-        child.close()
-        #: The hash seed it was started under; None: inherited from this process.
-        self.hash_seed = hash_seed
-        self.entry: _Entry | None = None
-        self.seen = (0, 0.0)
-
-    def send(self, entry: _Entry, job: tuple[Any, ...]) -> None:
-        self.array[_STOP] = 0
-        self.array[_CURRENT] = entry.seeds[0]
-        self.entry = entry
-        self.seen = (self.array[_TICKS], time.monotonic())
-        self.conn.send(job)
-
-    @property
-    def seed(self) -> int:
-        return int(self.array[_CURRENT])
-
-    def stuck_for(self, now: float) -> float:
-        """Seconds since this worker last finished a seed (or got its chunk)."""
-        ticks = self.array[_TICKS]
-        if ticks != self.seen[0]:
-            self.seen = (ticks, now)
-        return now - self.seen[1]
-
-    def kill(self) -> None:
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
-
-    def close(self) -> None:
-        if self.proc.is_alive() and self.entry is None:
-            try:
-                self.conn.send(None)
-            except OSError:
-                pass
-            self.proc.join(1)
-        self.kill()
-        self.conn.close()
-
-
-def _start_without_sigint(proc: Any, hash_seed: int | None) -> None:
-    """Start ``proc`` with Ctrl-C ignored from its first instruction, and under
-    ``hash_seed`` when given (a spawned interpreter reads it from the environment)."""
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGINT) if main else None
-    saved = os.environ.get("PYTHONHASHSEED")
-    try:
-        if main:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if hash_seed is not None:
-            os.environ["PYTHONHASHSEED"] = str(hash_seed)
-        proc.start()
-    finally:
-        if hash_seed is not None:
-            if saved is None:
-                os.environ.pop("PYTHONHASHSEED", None)
-            else:
-                os.environ["PYTHONHASHSEED"] = saved
-        if main:
-            signal.signal(signal.SIGINT, previous)
-
-
-class _Pool:
-    """Up to ``size`` workers, started when first needed."""
-
-    def __init__(self, ctx: Any, size: int, hash_seed: int | None = None) -> None:
-        self.ctx, self.size, self.hash_seed = ctx, size, hash_seed
-        self.slots: list[_Slot] = []
-
-    def idle(self) -> Iterator[_Slot]:
-        for slot in self.slots:
-            if slot.entry is None:
-                yield slot
-        while len(self.slots) < self.size:
-            slot = _Slot(self.ctx, self.hash_seed)
-            self.slots.append(slot)
-            yield slot
-
-    def busy(self) -> list[_Slot]:
-        return [s for s in self.slots if s.entry is not None]
-
-    def close(self) -> None:
-        for slot in self.slots:
-            slot.close()
-
-
-class _CtrlC:
-    """Counts Ctrl-C presses instead of raising in the middle of recording a chunk."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.previous: Any = None
-        self.installed = False
-
-    def __enter__(self) -> _CtrlC:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._hit)
-            self.installed = True
-        return self
-
-    def _hit(self, _signum: int, _frame: Any) -> None:
-        self.count += 1
-
-    def __exit__(self, *exc: object) -> None:
-        if self.installed:
-            signal.signal(signal.SIGINT, self.previous)
-
-
-def _describe_death(slot: _Slot) -> str:
-    code = slot.proc.exitcode
-    how = f"was killed by signal {-code}" if code is not None and code < 0 \
-        else f"exited with status {code}"
-    return f"seed {slot.seed}: its worker process {how} (the code under test ended it?)"
+def _upto_failures(outcomes: list[SeedOutcome], left: int) -> list[SeedOutcome] | None:
+    """``outcomes`` up to and with the ``left``-th failure; None if they hold fewer."""
+    for i, o in enumerate(outcomes):
+        if o.verdict == "fail":
+            left -= 1
+            if left <= 0:
+                return outcomes[:i + 1]
+    return None
 
 
 def run_bulk(
@@ -524,6 +400,8 @@ def run_bulk(
     summary: BulkSummary | None = None,
     seed_timeout: float = SEED_TIMEOUT,
     strategy: str = "random",
+    keep: Callable[[], KeepPolicy | None] | None = None,
+    max_failures: int | None = None,
 ) -> BulkSummary:
     """Run ``seeds`` (possibly endless: then until ``deadline``) in chunks on workers.
 
@@ -536,14 +414,20 @@ def run_bulk(
     one-line :class:`~dst.errors.DstError` once the chunks before it are absorbed.
     ``strategy`` is a spec (``dst.explore.strategies``): workers rebuild it from
     the text, so a strategy needs no pickling and the run key can name it.
+
+    ``keep()``, asked as each chunk is sent, tells the worker which failing traces
+    to render (``dst.runner.groups``); without it every failing trace comes back.
+    ``max_failures`` stops the run once that many seeds have failed (in seed
+    order, so whatever the number of workers): the chunk holding the last one is
+    cut after it, and the seeds after it count as not run at all.
     """
     summary = summary if summary is not None else BulkSummary()
     cfg = dict(config)
     chunks = seed_chunks(seeds)
     mine = current_hash_seed()
-    main = _Pool(multiprocessing.get_context("fork"), workers)
+    main = Pool(multiprocessing.get_context("fork"), workers, _serve)
     # Spawned, not forked: a fork would inherit this interpreter's hash seed.
-    checkers = {seed: _Pool(multiprocessing.get_context("spawn"), workers, seed)
+    checkers = {seed: Pool(multiprocessing.get_context("spawn"), workers, _serve, seed)
                 for seed in (other_hash_seeds(mine) if check_determinism else [])}
     pools = [main, *checkers.values()]
     unchecked: dict[int, deque[_Entry]] = {seed: deque() for seed in checkers}
@@ -551,10 +435,20 @@ def run_bulk(
     error: DstError | None = None
     exhausted = False
     stop_at: float | None = None  # once set: no new work; what runs gets until then
+    failed_before = summary.failed
+    # A chunk came back cut short by a stop: the chunks after it are dropped too, so
+    # that the seeds done stay one contiguous run from the first (``--resume`` with a
+    # longer range then continues where the summary says it stopped).
+    cut_short = False
 
     def absorb(entry: _Entry) -> None:
+        nonlocal cut_short
+        if summary.stopped_early:
+            return  # beyond the last failure wanted: as if never asked for
         if entry.abandoned:
             summary.not_run.append((entry.seeds[0], entry.seeds[-1] + 1))
+            return
+        if cut_short:
             return
         outcomes = entry.outcomes or []
         for seed, texts in entry.others.items():
@@ -562,24 +456,29 @@ def run_bulk(
             outcomes = [o if o.nondeterminism or o.lines is None else replace(
                 o, nondeterminism=cross_difference(o.lines, lines, mine, seed))
                 for o, lines in zip(outcomes, texts, strict=False)]
+        cut_short = len(outcomes) < len(entry.seeds)
+        if max_failures is not None:
+            cut = _upto_failures(outcomes, max_failures - (summary.failed - failed_before))
+            if cut is not None:
+                outcomes, summary.stopped_early = cut, True
         if not outcomes:
             return
         summary.absorb(outcomes)
         if on_chunk is not None:
             on_chunk(summary, outcomes)
 
-    def abandon(slot: _Slot) -> None:
+    def abandon(slot: Slot) -> None:
         if slot.entry is not None:
             slot.entry.abandoned = True
             slot.entry = None
         slot.kill()
 
-    def stalled(slot: _Slot, why: str) -> None:
+    def stalled(slot: Slot, why: str) -> None:
         if summary.stalled is None:
             summary.stalled, summary.stalled_seed = why, slot.seed
         abandon(slot)
 
-    def received(slot: _Slot, reply: tuple[Any, ...]) -> None:
+    def received(slot: Slot, reply: tuple[Any, ...]) -> None:
         nonlocal error
         entry = slot.entry
         assert entry is not None
@@ -594,15 +493,16 @@ def run_bulk(
             entry.awaiting.discard(slot.hash_seed)
 
     try:
-        with _CtrlC() as ctrl_c:
+        with CtrlC() as ctrl_c:
             while True:
                 now = time.monotonic()
                 if stop_at is None and (ctrl_c.count or error is not None or summary.stalled
+                                        or summary.stopped_early
                                         or (deadline is not None and now >= deadline)):
                     stop_at = now + GRACE
                     for pool in pools:
                         for slot in pool.busy():
-                            slot.array[_STOP] = 1
+                            slot.array[STOP] = 1
                     for waiting in unchecked.values():
                         for entry in waiting:
                             # Never started: an empty pass, so none of the chunk counts.
@@ -611,28 +511,31 @@ def run_bulk(
                         waiting.clear()
                 if ctrl_c.count > 1 and stop_at is not None:
                     stop_at = now  # a second Ctrl-C: stop at once
-                if stop_at is None and not exhausted:
-                    for slot in main.idle():
-                        if len(entries) > 2 * workers:
-                            break
-                        todo = next(chunks, None)
-                        if todo is None:
-                            exhausted = True
-                            break
-                        entry = _Entry(todo, awaiting=set(checkers))
-                        entries.append(entry)
-                        slot.send(entry, (scenario_ref, cfg, todo,
-                                          "check" if check_determinism else "run", strategy))
-                        for waiting in unchecked.values():
-                            waiting.append(entry)
+                while stop_at is None and not exhausted and len(entries) <= 2 * workers \
+                        and main.has_idle():
+                    todo = next(chunks, None)
+                    if todo is None:
+                        exhausted = True
+                        break
+                    entry = _Entry(todo, awaiting=set(checkers))
+                    entries.append(entry)
+                    policy = keep() if keep is not None else None
+                    if policy is not None and max_failures is not None:
+                        left = max_failures - (summary.failed - failed_before)
+                        policy = replace(policy, first=max(0, left))
+                    next(main.idle()).send(entry, todo[0], (
+                        scenario_ref, cfg, todo, "check" if check_determinism else "run",
+                        strategy, policy))
+                    for waiting in unchecked.values():
+                        waiting.append(entry)
                 if stop_at is None:
                     for seed, pool in checkers.items():
                         for slot in pool.idle():
                             if not unchecked[seed]:
                                 break
                             entry = unchecked[seed].popleft()
-                            slot.send(entry, (scenario_ref, cfg, entry.seeds, "other",
-                                              strategy))
+                            slot.send(entry, entry.seeds[0], (
+                                scenario_ref, cfg, entry.seeds, "other", strategy, None))
                 while entries and entries[0].ready():
                     absorb(entries.popleft())
                 if not entries:
@@ -655,7 +558,7 @@ def run_bulk(
                         except (EOFError, OSError):
                             pass  # it died while answering: told below
                     if not slot.proc.is_alive():
-                        stalled(slot, _describe_death(slot))
+                        stalled(slot, describe_death(slot))
                     elif slot.stuck_for(now) > seed_timeout and stop_at is None:
                         stalled(slot, f"seed {slot.seed} stopped answering: no run finished "
                                       f"for {seed_timeout:g}s, so its worker was stopped (a "
@@ -668,13 +571,3 @@ def run_bulk(
     if error is not None:
         raise error
     return summary
-
-
-def other_hash_seeds(mine: int | None) -> list[int]:
-    """The hash seeds the determinism check runs each seed under besides this process's.
-
-    Two, because one other seed leaves a fair chance that a small set iterates
-    in the same order under both (``{"a", "b", "c", "d"}`` starts with "d" under
-    hash seeds 0 and 1); fixed, so that a check gives the same verdict each time.
-    """
-    return [seed for seed in (1, 2, 3) if seed != mine][:2]

@@ -13,18 +13,28 @@ sets (probes called and reached, digests of the states seen), so that it adds
 up across ``--resume`` and a chunk recorded twice counts once.  Done seeds are
 kept as half-open ranges ``[start, stop)``; the chunking of a later run need not
 match the chunking of an earlier one.
+
+Failures are kept in two forms.  Every failing seed is one small row (seed,
+group, steps) under an integer id of its run key, about 20 bytes, so that a
+resumed run of any sub-range counts its groups exactly; the failures whose
+traces are kept (``dst.runner.groups``) have a row naming the trace file.  Each
+group's signature and shrunk story is a row of its own.  Every invocation of
+``dst run`` is a row of ``runs``, updated with each chunk, which ``dst runs`` lists.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import socket
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .bulk import BulkSummary, SeedOutcome
+from .groups import Group, Shrunk
 
 #: File name of the database inside ``--out``.
 DB_NAME = "results.sqlite"
@@ -52,7 +62,27 @@ CREATE TABLE IF NOT EXISTS states (
     run_key TEXT NOT NULL, state INTEGER NOT NULL,
     PRIMARY KEY (run_key, state)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS keys (
+    id INTEGER PRIMARY KEY, run_key TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS groups (
+    key INTEGER NOT NULL, grp INTEGER NOT NULL, signature TEXT NOT NULL,
+    shrunk TEXT, shrunk_steps INTEGER, from_steps INTEGER, shrunk_seed INTEGER, shape TEXT,
+    PRIMARY KEY (key, grp)
+);
+CREATE TABLE IF NOT EXISTS failed (
+    key INTEGER NOT NULL, seed INTEGER NOT NULL, grp INTEGER NOT NULL, steps INTEGER NOT NULL,
+    PRIMARY KEY (key, seed)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY, run_key TEXT NOT NULL, started TEXT NOT NULL, host TEXT NOT NULL,
+    pid INTEGER NOT NULL, scenario TEXT NOT NULL, config TEXT NOT NULL, strategy TEXT NOT NULL,
+    seeds TEXT NOT NULL, shard TEXT, done INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0, groups INTEGER NOT NULL DEFAULT 0,
+    seconds REAL NOT NULL DEFAULT 0, status TEXT NOT NULL, command TEXT NOT NULL
+);
 """
+
 
 #: A state digest is unsigned 64-bit; SQLite integers are signed.
 _SIGN = 1 << 63
@@ -72,13 +102,61 @@ class StoredFailure:
     trace: str
 
 
+@dataclass(frozen=True)
+class RunRow:
+    """One invocation of ``dst run``, as ``dst runs`` lists it."""
+
+    id: int
+    run_key: str
+    started: str
+    host: str
+    pid: int
+    scenario: str
+    config: dict[str, Any]
+    strategy: str
+    seeds: str
+    shard: str | None
+    done: int
+    failed: int
+    groups: int
+    seconds: float
+    status: str
+    command: str
+
+
+@dataclass
+class ChunkRecord:
+    """What one finished chunk adds to the database, written in one transaction."""
+
+    seeds: list[int]
+    decisions: int
+    #: Failures whose traces are kept, and the seeds whose kept traces were displaced.
+    kept: list[StoredFailure] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+    #: ``(seed, group id, steps)`` of every failing seed of the chunk.
+    failed: list[tuple[int, int, int]] = field(default_factory=list)
+    #: ``(group id, signature)`` of groups seen for the first time.
+    groups: list[tuple[int, str]] = field(default_factory=list)
+    #: ``(seed, trace path or "")`` of the runs cut at the step bound.
+    bounded: list[tuple[int, str]] = field(default_factory=list)
+    probes: dict[str, bool] = field(default_factory=dict)
+    states: set[int] = field(default_factory=set)
+    #: ``(runs row id, done, failed, groups, seconds)``: the invocation's progress.
+    progress: tuple[int, int, int, int, float] | None = None
+
+
 class ResultsDB:
     """One ``results.sqlite``; every write commits at once (a chunk is the unit of loss)."""
 
-    def __init__(self, out_dir: str | Path) -> None:
+    def __init__(self, out_dir: str | Path, *, create: bool = True) -> None:
         self.path = Path(out_dir) / DB_NAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path)
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path if create else f"file:{self.path}?mode=ro",
+                                   uri=not create)
+        self._ids: dict[str, int] = {}
+        if not create:
+            return
         # Only CREATE ... IF NOT EXISTS: a database written by an older dst gains
         # the tables it lacks, and two runs opening one database cannot race.
         self._db.executescript(_SCHEMA)
@@ -96,34 +174,70 @@ class ResultsDB:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def key_id(self, key: str) -> int:
+        """The small integer that stands for ``key`` in the per-failure rows."""
+        found = self._ids.get(key)
+        if found is None:
+            with self._db:
+                self._db.execute("INSERT OR IGNORE INTO keys (run_key) VALUES (?)", (key,))
+            found = int(self._db.execute("SELECT id FROM keys WHERE run_key = ?",
+                                         (key,)).fetchone()[0])
+            self._ids[key] = found
+        return found
+
     def record_chunk(self, key: str, seeds: list[int], decisions: int,
                      failures: Iterable[StoredFailure],
                      bounded: Iterable[tuple[int, str]] = (),
                      probes: Mapping[str, bool] | None = None,
                      states: Iterable[int] = ()) -> None:
-        """Mark the contiguous ``seeds`` done, with their failures, the runs cut at
+        """Mark the contiguous ``seeds`` done, with their kept failures, the runs cut at
         the step bound (``(seed, trace path)``) and their coverage (probe -> whether
         it was reached; state digests), in one transaction."""
-        if not seeds:
+        self.record(key, ChunkRecord(seeds, decisions, kept=list(failures),
+                                     bounded=list(bounded), probes=dict(probes or {}),
+                                     states=set(states)))
+
+    def record(self, key: str, chunk: ChunkRecord) -> None:
+        """Write one finished chunk (:class:`ChunkRecord`) in one transaction."""
+        if not chunk.seeds:
             return
+        kid = self.key_id(key)
         with self._db:
+            # A chunk starting where a longer one recorded earlier starts (a run cut
+            # short by --max-failures, or a shorter range run again) must not shrink it.
             self._db.execute(
-                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?)",
-                (key, seeds[0], seeds[-1] + 1, len(seeds), decisions))
+                "INSERT INTO chunks VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_key, start) DO "
+                "UPDATE SET stop = excluded.stop, runs = excluded.runs, decisions = "
+                "excluded.decisions WHERE excluded.stop > chunks.stop",
+                (key, chunk.seeds[0], chunk.seeds[-1] + 1, len(chunk.seeds), chunk.decisions))
             self._db.executemany(
                 "INSERT OR REPLACE INTO bounded VALUES (?, ?, ?)",
-                [(key, seed, trace) for seed, trace in bounded])
+                [(key, seed, trace) for seed, trace in chunk.bounded])
+            self._db.executemany(
+                "DELETE FROM failures WHERE run_key = ? AND seed = ?",
+                [(key, seed) for seed in chunk.dropped])
             self._db.executemany(
                 "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?, ?)",
                 [(key, f.seed, json.dumps(list(f.violated)), f.steps, f.trace)
-                 for f in failures])
+                 for f in chunk.kept])
+            self._db.executemany(
+                "INSERT OR IGNORE INTO groups (key, grp, signature) VALUES (?, ?, ?)",
+                [(kid, grp, sig) for grp, sig in chunk.groups])
+            self._db.executemany(
+                "INSERT OR REPLACE INTO failed VALUES (?, ?, ?, ?)",
+                [(kid, seed, grp, steps) for seed, grp, steps in chunk.failed])
             self._db.executemany(
                 "INSERT INTO probes VALUES (?, ?, ?) ON CONFLICT (run_key, probe) "
                 "DO UPDATE SET reached = max(reached, excluded.reached)",
-                [(key, name, int(hit)) for name, hit in sorted((probes or {}).items())])
+                [(key, name, int(hit)) for name, hit in sorted(chunk.probes.items())])
             self._db.executemany(
                 "INSERT OR IGNORE INTO states VALUES (?, ?)",
-                [(key, state - _SIGN) for state in states])
+                [(key, state - _SIGN) for state in chunk.states])
+            if chunk.progress is not None:
+                run_id, done, failed, groups, seconds = chunk.progress
+                self._db.execute(
+                    "UPDATE runs SET done = ?, failed = ?, groups = ?, seconds = ? "
+                    "WHERE id = ?", (done, failed, groups, seconds, run_id))
 
     def done_ranges(self, key: str) -> list[tuple[int, int]]:
         """The seed ranges already done under ``key``, merged and sorted."""
@@ -138,10 +252,10 @@ class ResultsDB:
         return merged
 
     def bounded_within(self, key: str, start: int, stop: int | None) -> list[tuple[int, str]]:
-        """``(seed, trace path)`` of the runs in ``[start, stop)`` cut at the step bound."""
+        """``(seed, trace path or "")`` of the runs in ``[start, stop)`` cut at the step bound."""
         rows = self._db.execute(
             "SELECT seed, trace FROM bounded WHERE run_key = ? AND seed >= ? AND seed < ?"
-            " ORDER BY seed", (key, start, stop if stop is not None else 2**62))
+            " ORDER BY seed", (key, start, _end(stop)))
         return [(int(seed), str(trace)) for seed, trace in rows]
 
     def coverage(self, key: str) -> tuple[dict[str, bool], set[int]]:
@@ -153,11 +267,104 @@ class ResultsDB:
         return probes, states
 
     def failures_within(self, key: str, start: int, stop: int | None) -> list[StoredFailure]:
+        """The failures in ``[start, stop)`` whose traces are kept."""
         rows = self._db.execute(
             "SELECT seed, violated, steps, trace FROM failures WHERE run_key = ? AND seed >= ?"
-            " AND seed < ? ORDER BY seed", (key, start, stop if stop is not None else 2**62))
+            " AND seed < ? ORDER BY seed", (key, start, _end(stop)))
         return [StoredFailure(seed, tuple(json.loads(v)), steps, trace)
                 for seed, v, steps, trace in rows]
+
+    def groups_of(self, key: str) -> list[Group]:
+        """Every group recorded under ``key``, without counts (``count_groups`` adds them)."""
+        out = []
+        for grp, sig, shrunk, steps, from_steps, seed, shape in self._db.execute(
+                "SELECT grp, signature, shrunk, shrunk_steps, from_steps, shrunk_seed, shape "
+                "FROM groups WHERE key = ? ORDER BY grp", (self.key_id(key),)):
+            group = Group(id=int(grp), signature=str(sig))
+            if shrunk is not None:
+                group.shrunk = Shrunk(Path(shrunk), int(steps), int(from_steps), int(seed),
+                                      str(shape))
+            out.append(group)
+        return out
+
+    def count_groups(self, key: str, start: int,
+                     stop: int | None) -> dict[int, tuple[int, int, tuple[int, int]]]:
+        """Per group id: failing seeds in ``[start, stop)``, the first, and the shortest
+        ``(steps, seed)``; added up by SQLite, never one row at a time here."""
+        kid, end = self.key_id(key), _end(stop)
+        counts = {int(grp): (int(n), int(first), int(fewest)) for grp, n, first, fewest in
+                  self._db.execute(
+                      "SELECT grp, count(*), min(seed), min(steps) FROM failed WHERE key = ? "
+                      "AND seed >= ? AND seed < ? GROUP BY grp", (kid, start, end))}
+        out = {}
+        for grp, (n, first, fewest) in counts.items():
+            seed = self._db.execute(
+                "SELECT min(seed) FROM failed WHERE key = ? AND grp = ? AND steps = ? "
+                "AND seed >= ? AND seed < ?", (kid, grp, fewest, start, end)).fetchone()[0]
+            out[grp] = (n, first, (fewest, int(seed)))
+        return out
+
+    def kept_within(self, key: str, start: int,
+                    stop: int | None) -> list[tuple[StoredFailure, int | None]]:
+        """The kept failures in ``[start, stop)`` with their group ids (None: recorded
+        by a dst from before groups, which wrote no per-failure row)."""
+        rows = self._db.execute(
+            "SELECT f.seed, f.violated, f.steps, f.trace, d.grp FROM failures f LEFT JOIN "
+            "failed d ON d.key = ? AND d.seed = f.seed WHERE f.run_key = ? AND f.seed >= ? "
+            "AND f.seed < ? ORDER BY f.seed", (self.key_id(key), key, start, _end(stop)))
+        return [(StoredFailure(seed, tuple(json.loads(v)), steps, trace),
+                 None if grp is None else int(grp)) for seed, v, steps, trace, grp in rows]
+
+    def set_shrunk(self, key: str, group: Group) -> None:
+        """Record a group's shrunk story (``group.shrunk``)."""
+        s = group.shrunk
+        if s is None:
+            return
+        with self._db:
+            self._db.execute(
+                "UPDATE groups SET shrunk = ?, shrunk_steps = ?, from_steps = ?, "
+                "shrunk_seed = ?, shape = ? WHERE key = ? AND grp = ?",
+                (str(s.path), s.steps, s.from_steps, s.seed, s.shape, self.key_id(key),
+                 group.id))
+
+    # -- the runs table: one row per invocation of `dst run` ---------------------------
+
+    def start_run(self, key: str, scenario: str, config: Mapping[str, Any], strategy: str,
+                  seeds: str, shard: str | None, command: str, done: int) -> int:
+        started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        with self._db:
+            cur = self._db.execute(
+                "INSERT INTO runs (run_key, started, host, pid, scenario, config, strategy, "
+                "seeds, shard, done, status, command) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "'running', ?)",
+                (key, started, socket.gethostname(), os.getpid(), scenario,
+                 json.dumps(dict(config), sort_keys=True), strategy, seeds, shard, done,
+                 command))
+        return int(cur.lastrowid or 0)
+
+    def finish_run(self, run_id: int, status: str, done: int, failed: int, groups: int,
+                   seconds: float) -> None:
+        with self._db:
+            self._db.execute(
+                "UPDATE runs SET status = ?, done = ?, failed = ?, groups = ?, seconds = ? "
+                "WHERE id = ?", (status, done, failed, groups, seconds, run_id))
+
+    def runs(self) -> list[RunRow]:
+        """Every invocation recorded here, oldest first."""
+        try:
+            rows = self._db.execute(
+                "SELECT id, run_key, started, host, pid, scenario, config, strategy, seeds, "
+                "shard, done, failed, groups, seconds, status, command FROM runs ORDER BY id"
+            ).fetchall()
+        except sqlite3.OperationalError:  # a database from before runs were recorded
+            return []
+        return [RunRow(int(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5]),
+                       json.loads(r[6]), str(r[7]), str(r[8]), r[9], int(r[10]), int(r[11]),
+                       int(r[12]), float(r[13]), str(r[14]), str(r[15])) for r in rows]
+
+
+def _end(stop: int | None) -> int:
+    return stop if stop is not None else 2**62
 
 
 def count_within(ranges: Iterable[tuple[int, int]], start: int, stop: int | None) -> int:
@@ -183,75 +390,3 @@ def missing(ranges: list[tuple[int, int]], start: int, stop: int | None) -> Iter
     while stop is None or seed < stop:
         yield seed
         seed += 1
-
-
-class Recorder:
-    """What ``dst run`` keeps of a run: failing traces on disk and done chunks in the DB.
-
-    Called after every chunk, so both are written while the run goes on: a run
-    stopped by Ctrl-C (or a crash of the machine) keeps every finished chunk,
-    and ``--resume`` starts from there.
-    """
-
-    def __init__(self, out_dir: str | Path, scenario: str, key: str, *,
-                 record: bool = True) -> None:
-        self.out_dir = Path(out_dir)
-        self.scenario = scenario
-        self.key = key
-        self.record = record
-        self.db = ResultsDB(out_dir)
-        #: seed -> trace path, for every failure written or resumed.
-        self.paths: dict[int, Path] = {}
-
-    def resume(self, summary: BulkSummary, start: int,
-               stop: int | None) -> list[tuple[int, int]]:
-        """Load earlier results of ``[start, stop)`` into ``summary``; return the done ranges."""
-        done = self.db.done_ranges(self.key)
-        summary.runs += count_within(done, start, stop)
-        for seed, trace in self.db.bounded_within(self.key, start, stop):
-            summary.add_bounded(seed)
-            self.paths[seed] = Path(trace)
-        for f in self.db.failures_within(self.key, start, stop):
-            self.paths[f.seed] = Path(f.trace)
-            summary.failures.append(SeedOutcome(f.seed, "fail", f.violated, f.steps, None))
-            for name in f.violated:
-                summary.by_invariant[name] = summary.by_invariant.get(name, 0) + 1
-        probes, states = self.db.coverage(self.key)
-        summary.probes_declared |= set(probes)
-        summary.probes_reached |= {name for name, hit in probes.items() if hit}
-        summary.states |= states
-        return done
-
-    def trace_path(self, seed: int) -> Path:
-        return self.out_dir / f"{self.scenario}-{seed}.jsonl"
-
-    def chunk_done(self, outcomes: list[SeedOutcome]) -> None:
-        """Write the traces of this chunk's failing (and bounded) seeds, then mark it done."""
-        stored = []
-        bounded: list[tuple[int, str]] = []
-        for o in outcomes:
-            if o.trace_text is None or (o.verdict != "fail" and not o.nondeterminism
-                                        and o.ended != "bound"):
-                continue
-            path = self.trace_path(o.seed)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(o.trace_text, encoding="utf-8")
-            tmp.replace(path)  # never a half-written trace under the real name
-            self.paths[o.seed] = path
-            if o.verdict == "fail":
-                stored.append(StoredFailure(o.seed, tuple(o.violated), o.steps, str(path)))
-            elif o.ended == "bound":
-                bounded.append((o.seed, str(path)))
-        if self.record:
-            seeds = [o.seed for o in outcomes]
-            probes: dict[str, bool] = {}
-            states: set[int] = set()
-            for o in outcomes:
-                for name in o.probes_declared:
-                    probes[name] = probes.get(name, False) or name in o.probes_reached
-                states |= o.states
-            self.db.record_chunk(self.key, seeds, sum(o.steps for o in outcomes), stored,
-                                 bounded, probes, states)
-
-    def close(self) -> None:
-        self.db.close()

@@ -5,7 +5,9 @@ switches as the scenarios, so that the verdict of a design can be had two ways:
 exhaustively on the model (here: every interleaving of two turns, in seconds)
 and by search on the real code (``dst run``, ``dst table``).  Each spec's map
 file says which constant is which scenario switch and which invariant is
-which, so the two tables can be compared row by row.
+which, so the two tables can be compared row by row: ``dst conformance``
+(:mod:`dst.specs.conformance`) does that, and replays each spec counterexample
+on the code (:mod:`dst.specs.steer`).
 
 :func:`check` runs TLC once per row and invariant: TLC stops at the first
 invariant it finds broken, so one run per invariant is the only way to get

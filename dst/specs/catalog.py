@@ -18,7 +18,7 @@ import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ class Spec:
     scenario_invariants: Mapping[str, str | None]
     scenario: str | None
     fixed_switches: Mapping[str, Any]
+    #: The map file as read: its ``conformance`` section is read by ``dst.specs.mapping``.
+    doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def row_switches(self, row: Mapping[str, Value]) -> dict[str, Any]:
         """The scenario config a row stands for (the mapped switches and the fixed ones)."""
@@ -126,7 +128,7 @@ def load(directory: Path, name: str) -> Spec:
             raise SpecError(f"{map_path}: constant {c.name} needs values, and one switch "
                             "value for each")
     return Spec(name, tla_path, cfg, constants, tuple(invariants), invariants,
-                doc.get("scenario"), doc.get("fixed_switches", {}))
+                doc.get("scenario"), doc.get("fixed_switches", {}), doc)
 
 
 def parse_value(spec: Spec, name: str, text: str) -> Value:

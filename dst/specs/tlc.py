@@ -29,8 +29,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dst.errors import DstError, UsageError
+
+from .tla_values import parse_states
 
 #: Points at a ``tla2tools.jar`` (or a directory holding one) instead of the package's.
 JAR_ENV = "DST_TLA2TOOLS"
@@ -74,6 +77,9 @@ class Outcome:
     seconds: float  # wall time of the whole run, JVM start-up included
     actions: tuple[str, ...] = ()  # the counterexample's steps: "Init", then action names
     version: str | None = field(default=None, compare=False)  # "2.15"
+    #: The counterexample's states: each variable's value (``dst.specs.tla_values``),
+    #: from which a step's actor is told (the turn whose entry changed).
+    states_seen: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
 
 
 def find_jar(environ: Mapping[str, str] | None = None) -> tuple[Path, str | None]:
@@ -154,19 +160,25 @@ def parse(output: str, returncode: int, spec: str, invariant: str,
           seconds: float = 0.0) -> Outcome:
     """Read TLC's verdict, counterexample length and state count from its output.
 
-    Anything that is neither "no error" nor a violation of ``invariant`` (a
-    parse error, a deadlock, an exception, a Java too old) is a
-    :class:`SpecError` quoting TLC's own first error line.
+    ``invariant`` is the invariant the configuration names, or several
+    separated by spaces (``INVARIANT A B``): a violation is then of the one TLC
+    names, and "holds" means every one holds.  Anything that is neither "no
+    error" nor a violation of one of them (a parse error, a deadlock, an
+    exception, a Java too old) is a :class:`SpecError` quoting TLC's own first
+    error line.
     """
     distinct = [int(n.replace(",", "")) for n in _DISTINCT.findall(output)]
     version_match = _VERSION.search(output)
     version = version_match.group(1) if version_match else None
     violated = _VIOLATED.search(output)
-    if returncode == EXIT_SAFETY_VIOLATED and violated and violated.group(1) == invariant:
+    if (returncode == EXIT_SAFETY_VIOLATED and violated
+            and violated.group(1) in invariant.split()):
         steps = _STATE.findall(output)
         actions = tuple("Init" if name == "Initial" else name for _, name in steps)
-        return Outcome(invariant, "violated", max(int(n) for n, _ in steps) if steps else None,
-                       distinct[-1] if distinct else 0, seconds, actions, version)
+        states = tuple(variables for _, variables in parse_states(output))
+        return Outcome(violated.group(1), "violated",
+                       max(int(n) for n, _ in steps) if steps else None,
+                       distinct[-1] if distinct else 0, seconds, actions, version, states)
     if returncode == 0 and _PASSED in output and distinct:
         return Outcome(invariant, "holds", None, distinct[-1], seconds, (), version)
     if "UnsupportedClassVersionError" in output:

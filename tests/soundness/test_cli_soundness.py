@@ -277,8 +277,8 @@ def test_ctrl_c_stops_cleanly_summarises_and_prints_the_command_that_continues(
     assert len(summary) == 1 and " runs, " in summary[0], stdout[-2000:]
     runs = int(summary[0].split(": ", 1)[1].split(" runs")[0].replace(",", ""))
     assert runs == _done_in(tmp_path / "out" / "results.sqlite") > 0
-    again = "dst run counter -c cas=false --seeds 10000000 " + \
-        ("--workers 2 " if workers == "2" else "") + "--out out --resume"
+    # --workers given is --workers repeated: the default is the machine's cores.
+    again = f"dst run counter -c cas=false --seeds 10000000 --workers {workers} --out out --resume"
     assert f"interrupted: the seeds finished so far are recorded; continue with: {again}" \
         in stdout
 

@@ -1,0 +1,321 @@
+"""What ``dst run`` says when it is done: the failure groups, the summary line, JSON.
+
+Each group is told once, by its shortest seed: its story (shrunk when it could
+be), the trace kept and the one command that replays it, how many seeds failed
+alike, and the first of them.  The first few groups get their story, the next
+few a line each; ``--json`` and ``--summary-md`` list them all.  Whatever the
+number of failing seeds, what is printed is bounded by the number of groups.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import DstError
+from ..runner.bulk import BulkSummary, SeedOutcome
+from ..runner.groups import GroupBook, Report, Shrunk, shape
+from ..runner.recorder import Recorder
+from ..runner.reports import config_text, shown_trace
+from ..scenario import Scenario
+from ..trace.codec import read_trace
+from ..trace.escape import visible
+from ..trace.render import format_time, replay_line, story
+from .shrink import shrink_failures
+
+#: Failure groups told with their story; the next ``GROUPS_LISTED`` get a line each.
+STORIES_SHOWN = 3
+GROUPS_LISTED = 10
+#: Groups shrunk per invocation (each gets ``dst.commands.shrink.RUN_BUDGET`` seconds),
+#: in the order they were found: a run with many groups still ends in a minute.
+GROUPS_SHRUNK = 8
+
+
+@dataclass
+class Invocation:
+    """The options of one ``dst run``, for the command that continues it and the reports."""
+
+    scenario: str
+    switches: tuple[tuple[str, str], ...]
+    seeds: int | None
+    one_seed: int | None
+    seed_range: tuple[int, int] | None
+    shard: tuple[int, int] | None
+    strategy: str
+    workers: int | None
+    duration: float | None
+    max_failures: int | None
+    keep: int | None
+    seed_timeout: float | None
+    out: str
+    check_determinism: bool
+    #: The seeds this invocation covers (the shard's, with --shard); stop None: open-ended.
+    start: int
+    stop: int | None
+    ref: str | None
+    #: The Dask scheduler the seeds ran on (``--cluster``), if any.
+    cluster: str | None = None
+
+    def seeds_text(self) -> str:
+        if self.stop is None:
+            return f"{self.start}.. for {duration_text(self.duration or 0)}"
+        return f"{self.start}..{self.stop - 1}" if self.stop > self.start else "none"
+
+    def shard_text(self) -> str | None:
+        return None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}"
+
+    def replay(self, path: Path) -> str:
+        return replay_line(str(path), self.ref)
+
+    def command_line(self) -> str:
+        """The command that continues this run: the same one, with ``--resume``.
+
+        A determinism check records nothing, so it is continued by running it again.
+        """
+        argv = ["dst", "run", self.scenario]
+        for key, value in self.switches:
+            argv += ["-c", f"{key}={value}"]
+        if self.seeds is not None:
+            argv += ["--seeds", str(self.seeds)]
+        if self.one_seed is not None:
+            argv += ["--seed", str(self.one_seed)]
+        if self.seed_range is not None:
+            argv += ["--seed-range", f"{self.seed_range[0]}:{self.seed_range[1]}"]
+        if self.shard is not None:
+            argv += ["--shard", f"{self.shard[0]}/{self.shard[1]}"]
+        if self.strategy != "random":
+            argv += ["--strategy", self.strategy]
+        if self.workers is not None:
+            argv += ["--workers", str(self.workers)]
+        if self.cluster is not None:
+            argv += ["--cluster", self.cluster]
+        if self.duration is not None:
+            argv += ["--for", duration_text(self.duration)]
+        if self.max_failures is not None:
+            argv += ["--max-failures", str(self.max_failures)]
+        if self.keep != 1:
+            argv += ["--keep-traces", "all" if self.keep is None else str(self.keep)]
+        if self.seed_timeout is not None:
+            argv += ["--seed-timeout", duration_text(self.seed_timeout)]
+        argv += ["--out", self.out]
+        argv += ["--check-determinism"] if self.check_determinism else ["--resume"]
+        return " ".join(shlex.quote(a) for a in argv)
+
+    def status(self, summary: BulkSummary) -> str:
+        """How the run ended, as the ``runs`` table and the reports say it."""
+        if summary.stalled or summary.not_run:
+            return "incomplete"
+        if summary.interrupted:
+            return "interrupted"
+        if summary.stopped_early:
+            return "max-failures"
+        if self.duration is not None and (self.stop is None
+                                          or summary.runs < self.stop - self.start):
+            return "time-up"
+        return "done"
+
+
+def rerun_line(run: Invocation, seed: int) -> str:
+    """``dst run SCENARIO -c ... --seed N``: one seed again, its trace written."""
+    argv = ["dst", "run", run.scenario, *[w for k, v in run.switches
+                                          for w in ("-c", f"{k}={v}")]]
+    if run.strategy != "random":
+        argv += ["--strategy", run.strategy]
+    return " ".join(shlex.quote(a) for a in [*argv, "--seed", str(seed)])
+
+
+def duration_text(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def ranges_text(ranges: list[tuple[int, int]]) -> str:
+    return ", ".join(f"{a}" if b == a + 1 else f"{a}..{b - 1}" for a, b in sorted(ranges))
+
+
+# -- shrinking each group's shortest trace ----------------------------------------------
+
+
+def shrink_groups(scenario_ref: str, book: GroupBook, recorder: Recorder) -> None:
+    """Shrink the shortest kept trace of each group not shrunk yet (``GROUPS_SHRUNK`` at
+    most), recording the shrunk story and its shape, by which groups merge."""
+    todo = [g for g in book.ordered() if g.shrunk is None and g.kept][:GROUPS_SHRUNK]
+    try:
+        for group in todo:
+            steps, seed, path = group.kept[0]
+            stand_in = SeedOutcome(seed, "fail", group.violated, steps, None)
+            got = shrink_failures(scenario_ref, [stand_in], {seed: path}).get(seed)
+            if got is None:
+                continue
+            try:
+                trace = read_trace(got.path)
+            except DstError:
+                continue
+            group.shrunk = Shrunk(got.path, got.steps, got.from_steps, seed,
+                                  shape(trace.records, trace.violated))
+            recorder.set_shrunk(group)
+    except KeyboardInterrupt:
+        pass  # keep what is shrunk; the rest is told as found
+
+
+# -- telling it ------------------------------------------------------------------------
+
+
+def _print_group(run: Invocation, title: str, g: Report, number: int, full: bool) -> None:
+    steps, seed = g.shortest
+    found = shown_trace(g) if full or g.kept else None
+    trace = found[1] if found else None
+    vio = next((r for r in trace.records if r["type"] == "violation"), None) if trace else None
+    where = (f"seed {seed}, step {vio['step']}, virtual {format_time(vio['t'])}"
+             if vio else f"seed {seed}")
+    click.echo(f"FAIL {title}: {visible(', '.join(g.violated))} violated ({where})")
+    alike = (f"{g.count:,} failing seeds; first seed {g.first_seed}, shortest seed {seed} "
+             f"({steps} steps)" if g.count > 1 else f"1 failing seed ({steps} steps)")
+    click.echo(f"  group {number}: {alike}")
+    shrunk = g.shrunk
+    if full and trace is not None:
+        lines = story(trace)
+        width = max([len(actor) for _, _, actor, _ in lines] + [8])
+        time_w = max([len(t) for _, t, _, _ in lines] + [0])  # "1d 00:00:00.000" is wider
+        told = (f"shrunk from {shrunk.from_steps} to {shrunk.steps} steps"
+                if shrunk and found and found[0] == shrunk.path else f"{steps} steps")
+        click.echo(f"  story ({len(lines)} lines, {told}):")
+        for i, (_step, t, actor, text) in enumerate(lines, 1):
+            click.echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {text}")
+    if shrunk:
+        click.echo(f"  shrunk: {shrunk.path} ({shrunk.steps} steps, from {shrunk.from_steps})")
+        click.echo(f"  replay: {run.replay(shrunk.path)}")
+    if g.kept:
+        path = g.kept[0][2]
+        click.echo(f"  trace:  {path}")
+        click.echo(f"  replay: {run.replay(path)}")
+    else:
+        click.echo(f"  no trace kept; run it again with: {rerun_line(run, seed)}")
+
+
+def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
+                  summary: BulkSummary, groups: list[Report], paths: dict[int, Path],
+                  seconds: float, resumed: int) -> None:
+    title = f"{scen.name} [{config_text(config)}]"
+    for i, g in enumerate(groups[:STORIES_SHOWN + GROUPS_LISTED], 1):
+        _print_group(run, title, g, i, full=i <= STORIES_SHOWN)
+    hidden = len(groups) - STORIES_SHOWN - GROUPS_LISTED
+    if hidden > 0:
+        click.echo(f"... and {hidden:,} more failure groups (--json and --summary-md list "
+                   "them all)")
+    for o in summary.nondeterministic:
+        click.echo(f"NONDETERMINISTIC seed {o.seed}: {o.nondeterminism}")
+    new = summary.runs - resumed
+    rate = new / seconds if seconds > 0 else 0.0
+    by = ", ".join(f"{k} x{v}" for k, v in sorted(summary.by_invariant.items()))
+    earlier = f" ({resumed:,} done earlier, resumed)" if resumed else ""
+    how = f" under {run.strategy}" if run.strategy != "random" else ""
+    grouped = (f" in {len(groups):,} group{'s' * (len(groups) != 1)}"
+               if summary.failed else "")
+    click.echo(f"{title}{how}: {summary.runs:,} runs{earlier}, {summary.failed:,} failed"
+               f"{' (' + by + ')' if by else ''}{grouped}, {rate:,.0f} runs/s "
+               f"({seconds:.1f}s)")
+    _print_coverage(scen, summary)
+    if summary.bounded:
+        first = next((paths[s] for s in summary.bounded_seeds if s in paths),
+                     next(iter(paths.values()), None))
+        click.echo(f"{summary.bounded:,} runs hit the step bound ({scen.max_steps:,} steps) "
+                   "before the system came to rest, so their end-of-run checks did not run"
+                   + (f"; see one with: dst show {first}" if first else ""))
+    again = run.command_line()
+    if summary.not_run:
+        click.echo(f"not run: seeds {ranges_text(summary.not_run)} were in flight on a worker "
+                   "that had to be stopped; they are not recorded as done")
+    if summary.interrupted or summary.not_run:
+        if run.check_determinism:
+            click.echo("interrupted: a determinism check records nothing; check the seeds "
+                       f"not done with: {again}" if summary.interrupted else
+                       f"check them again with: {again}")
+        else:
+            click.echo(f"{'interrupted: ' if summary.interrupted else ''}the seeds finished "
+                       f"so far are recorded; continue with: {again}")
+    if summary.stopped_early:
+        click.echo(f"stopped after {run.max_failures:,} failing seed"
+                   f"{'s' * (run.max_failures != 1)} (--max-failures {run.max_failures}); "
+                   f"the seeds after the last were not run; continue with: {again}")
+    if run.check_determinism:
+        click.echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
+                   f"{summary.runs:,} seeds replayed identically")
+
+
+def _print_coverage(scen: Scenario, summary: BulkSummary) -> None:
+    """What the runs reached: probes never reached, distinct states (``dst.coverage``)."""
+    declared = summary.probes_declared
+    if declared:
+        never = summary.probes_never_reached
+        reached = len(declared) - len(never)
+        click.echo(f"probes: {reached} of {len(declared)} reached"
+                   + (f"; never reached: {', '.join(visible(n) for n in never)}" if never
+                      else ""))
+    if scen.fingerprint_of is not None:
+        click.echo(f"states: {len(summary.states):,} distinct fingerprints "
+                   "(taken at every step)")
+
+
+def json_document(run: Invocation, scen: Scenario, config: dict[str, Any],
+                  summary: BulkSummary, groups: list[Report], seconds: float,
+                  resumed: int) -> str:
+    """``dst run --json``: the run, its groups, and the failures whose traces are kept."""
+    again = run.command_line()
+    kept = sorted((seed, steps, path, i, g) for i, g in enumerate(groups, 1)
+                  for steps, seed, path in g.kept)
+    shrunk_by_seed = {g.shrunk.seed: g.shrunk for g in groups if g.shrunk}
+    doc = {
+        "scenario": scen.name, "config": config, "strategy": run.strategy,
+        "seeds": [run.start, run.stop],
+        "shard": list(run.shard) if run.shard else None,
+        "runs": summary.runs,
+        "seconds": round(seconds, 3),
+        "failed": summary.failed,
+        "groups": [_group_json(run, g, i) for i, g in enumerate(groups, 1)],
+        "failures": [{"seed": seed, "violated": list(g.violated), "steps": steps,
+                      "group": i, "trace": str(path), "replay": run.replay(path),
+                      "shrunk": _shrunk_json(run, shrunk_by_seed.get(seed))}
+                     for seed, steps, path, i, g in kept],
+        "by_invariant": dict(sorted(summary.by_invariant.items())),
+        "resumed": resumed, "interrupted": summary.interrupted,
+        "stopped_early": summary.stopped_early,
+        "bounded": summary.bounded,
+        "nondeterministic": [{"seed": o.seed, "difference": o.nondeterminism}
+                             for o in summary.nondeterministic],
+        "not_run": [list(r) for r in summary.not_run],
+        "stalled": summary.stalled,
+        "resume": again if summary.interrupted or summary.not_run or summary.stopped_early
+        else None,
+        "coverage": {"probes": sorted(summary.probes_declared),
+                     "never_reached": summary.probes_never_reached,
+                     "states": len(summary.states)
+                     if scen.fingerprint_of is not None else None},
+    }
+    return json.dumps(doc, indent=2)
+
+
+def _shrunk_json(run: Invocation, shrunk: Shrunk | None) -> dict[str, Any] | None:
+    if shrunk is None:
+        return None
+    return {"trace": str(shrunk.path), "steps": shrunk.steps, "from_steps": shrunk.from_steps,
+            "replay": run.replay(shrunk.path)}
+
+
+def _group_json(run: Invocation, g: Report, number: int) -> dict[str, Any]:
+    steps, seed = g.shortest
+    lead = g.lead
+    return {"group": number, "violated": list(g.violated), "message": lead.message,
+            "action": lead.action, "count": g.count, "first_seed": g.first_seed,
+            "shortest_seed": seed, "shortest_steps": steps,
+            "traces": [str(p) for _, _, p in g.kept],
+            "shrunk": _shrunk_json(run, g.shrunk),
+            "signatures": [m.signature for m in g.members],
+            "rerun": rerun_line(run, seed)}

@@ -1,0 +1,609 @@
+"""Bulk runs on a Dask cluster: one night's seeds spread over many machines.
+
+``run_on_cluster`` is ``run_bulk`` with the worker processes replaced by the
+workers of a Dask scheduler that is already running (``dask scheduler``, then
+``dask worker`` on each machine).  Each chunk of seeds (``seed_chunks``) is one
+Dask task that calls ``run_chunk``, the very function local workers call, so a
+seed's outcome and trace are the same wherever it ran.  Chunks come back as they
+complete (``distributed.as_completed``) and are absorbed in seed order, as
+``run_bulk`` absorbs them, through the same ``on_chunk`` callback into the same
+:class:`~dst.runner.bulk.BulkSummary`: ``dst run`` records them in the same
+results database, ``--resume`` works unchanged, and the summary is the one a
+local run of the same seeds gives.
+
+What a cluster adds, and how each is handled:
+
+* **A worker lost mid-chunk loses no seed.**  The scheduler gives the chunk to
+  another worker (``distributed.scheduler.allowed-failures`` times, then it is
+  reported like a local worker that died); a task that raised is tried again
+  ``retries`` times.  Each chunk is a future under its own key, read once: a chunk
+  that ran twice is recorded once (and ``ResultsDB`` keys a chunk by its start).
+* **Hash seed 0.**  ``dst`` runs every seed under it and local workers inherit
+  it; a ``dask worker`` started by hand runs under a random one (a nanny's worker
+  under 6640), and code that iterates a set of strings would give another trace.
+  Rather than pay for a second interpreter per worker, each chunk checks the hash
+  seed of its worker and fails with one line telling how to start workers
+  (``PYTHONHASHSEED=0 dask worker ... --no-nanny``); the workers present at the
+  start are checked before any seed runs.
+* **One simulation per process.**  A run installs process-wide traps (the guard)
+  and turns the garbage collector off while it runs, so two chunks must never
+  run at once in one worker process: workers are started with ``--nthreads 1``
+  (one ``dask worker`` per core), workers with more threads are refused at the
+  start, and a lock serialises chunks in any that join later.
+* **A seed that never finishes.**  Nothing can stop a thread that loops without
+  ``await``; a watchdog thread in each worker process notices a seed that has
+  not finished for ``seed_timeout`` seconds and reports it as a Dask event, and
+  the run stops like a local run whose worker stopped answering.  The worker
+  stays busy with the seed until it is restarted; the message says so.
+* **The end of the night.**  Chunks carry the deadline (wall-clock time, so
+  that it means the same on every machine); the watchdog asks the chunk to stop
+  after its current seed once it passes, and the seeds finished so far count.
+  Ctrl-C asks every worker the same; chunks that do not come back within
+  ``GRACE`` are cancelled and reported in ``summary.not_run``.
+
+Scenario references travel by text: a shipped name, a module importable on the
+workers, or a ``.py`` file, which is passed as an absolute path and must exist
+at that path on every worker (a shared file system, or the same checkout).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import queue
+import re
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import __version__
+from ..errors import DstError, InternalError, ScenarioError, UsageError
+from ..registry import describe_exception, load
+from ..trace.model import current_hash_seed
+from .bulk import GRACE, SEED_TIMEOUT, BulkSummary, SeedOutcome, run_chunk, seed_chunks
+from .groups import KeepPolicy
+from .workers import Beat, CtrlC
+
+#: ``distributed``'s client and futures, typed loosely: dst runs without the
+#: package, and its annotations vary between releases.
+Client = Any
+Future = Any
+
+#: How long to try reaching the scheduler before saying it cannot be reached.
+CONNECT_TIMEOUT = 5.0
+
+#: How long to wait for the first worker to join a scheduler that has none.
+WORKER_TIMEOUT = 30.0
+
+#: How often a chunk that raised (not one whose worker died: the scheduler
+#: reschedules those by itself) is tried again before the run stops on it.
+RETRIES = 2
+
+#: The hash seed every simulation runs under (the ``dst`` command's).
+HASH_SEED = 0
+
+#: How often the watchdog in a worker process looks at the chunk it is running.
+_WATCH = 0.5
+
+#: How often the submitting process looks for finished chunks, Ctrl-C and events.
+_POLL = 0.05
+
+#: How long to wait for the result of a chunk that has finished before looking at
+#: the rest again (its worker died before answering, and it runs again).
+_FETCH = 1.0
+
+#: How often the submitting process asks how many threads the cluster has, to
+#: keep about two chunks per thread submitted as workers come and go.
+_RESIZE = 5.0
+
+_ADDRESS = re.compile(r"tcp://(?P<host>[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})")
+
+#: How to start a worker, one per core.  Without a nanny: a nanny starts its worker
+#: process under ``PYTHONHASHSEED=6640`` when the variable is unset or 0 (Dask's
+#: choice, for hashing that agrees across workers), whatever the shell says.
+_START_WORKER = "PYTHONHASHSEED={hash_seed} dask worker {address} --nthreads 1 --no-nanny"
+
+#: The hash seed a Dask nanny gives its worker process in place of 0.
+_NANNY_HASH_SEED = 6640
+
+
+def parse_address(address: str) -> str:
+    """``address`` if it is ``tcp://HOST:PORT`` and Dask distributed is installed.
+
+    What ``dst run --cluster`` checks before connecting: both mistakes are one
+    line saying what to type instead.
+    """
+    m = _ADDRESS.fullmatch(address.strip())
+    if m is None or not 0 < int(m.group("port")) < 65536:
+        raise UsageError(f"{address!r} is not a Dask scheduler address tcp://HOST:PORT "
+                         "(e.g. tcp://10.0.0.5:8786)")
+    require_distributed()
+    return address.strip()
+
+
+def require_distributed() -> Any:
+    """The ``distributed`` module, or a one-line :class:`UsageError` saying how to install it."""
+    try:
+        return importlib.import_module("distributed")
+    except ImportError:
+        raise UsageError("running on a Dask cluster needs Dask distributed, which is not "
+                         "installed: pip install 'dst[cluster]'") from None
+
+
+def connect(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
+    """A client of the scheduler at ``address``, or one line saying it cannot be reached."""
+    parse_address(address)
+    try:
+        return require_distributed().Client(address, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise UsageError(f"cannot reach Dask scheduler at {address} ({_reason(exc)}); start "
+                         "one with `dask scheduler`") from None
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if not text or "timed out" in text.lower() or isinstance(exc, TimeoutError):
+        return "no answer"
+    return text[:120]
+
+
+# -- in the worker process ---------------------------------------------------------------
+
+
+class _WorkerBeat(Beat):
+    """``run_chunk``'s heartbeat, kept in plain attributes the watchdog thread reads."""
+
+    def __init__(self, run_id: str, stop_at: float | None, seed_timeout: float) -> None:
+        super().__init__(None)
+        self.run_id, self.stop_at, self.seed_timeout = run_id, stop_at, seed_timeout
+        self.ticks, self.current, self.stop = 0, -1, False
+        self.seen, self.since, self.reported = 0, time.monotonic(), False
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop
+
+    def starting(self, seed: int) -> None:
+        self.current = seed
+
+    def finished(self) -> None:
+        self.ticks += 1
+
+
+#: One simulation at a time in a process: the guard and the collector are process-wide.
+_ONE_AT_A_TIME = threading.Lock()
+#: The chunk this process runs (task key -> its heartbeat), for the watchdog.
+_RUNNING: dict[str, _WorkerBeat] = {}
+#: Runs asked to stop (Ctrl-C, an error or a stuck seed on another worker).
+_STOPPED: set[str] = set()
+_WATCHDOG: list[threading.Thread] = []
+_STATE = threading.Lock()
+
+
+def _events_topic(run_id: str) -> str:
+    return f"dst-{run_id}"
+
+
+def _watch(worker: Any) -> None:
+    """Stop chunks past their deadline or whose run was stopped; report stuck seeds."""
+    while True:
+        time.sleep(_WATCH)
+        with _STATE:
+            running = list(_RUNNING.items())
+        now, wall = time.monotonic(), time.time()
+        for key, beat in running:
+            if beat.run_id in _STOPPED or (beat.stop_at is not None and wall >= beat.stop_at):
+                beat.stop = True
+            if beat.ticks != beat.seen:
+                beat.seen, beat.since = beat.ticks, now
+            elif not beat.reported and now - beat.since > beat.seed_timeout:
+                beat.reported = True
+                worker.log_event(_events_topic(beat.run_id), {
+                    "key": key, "seed": beat.current, "worker": worker.address,
+                    "seconds": beat.seed_timeout})
+
+
+def _start_watchdog(worker: Any) -> None:
+    with _STATE:
+        if not _WATCHDOG:
+            thread = threading.Thread(target=_watch, args=(worker,), daemon=True,
+                                      name="dst-watchdog")
+            thread.start()
+            _WATCHDOG.append(thread)
+
+
+def _wrong_hash_seed(worker: Any, wanted: int) -> str | None:
+    """One line saying how to start workers, if ``worker`` (this process's) runs under
+    another hash seed than ``wanted``."""
+    mine = current_hash_seed()
+    if mine == wanted:
+        return None
+    what = "a random hash seed" if mine is None else f"hash seed {mine}"
+    if mine == _NANNY_HASH_SEED:
+        what += " (a Dask nanny's)"
+    start = _START_WORKER.format(hash_seed=wanted, address=worker.scheduler.address)
+    return (f"Dask worker {worker.address} runs under {what}, but every seed runs under "
+            f"hash seed {wanted}: start workers as `{start}`, one per core")
+
+
+def _chunk_task(run_id: str, ref: str, config: dict[str, Any], seeds: list[int],
+                strategy: str, keep: KeepPolicy | None, hash_seed: int, stop_at: float | None,
+                seed_timeout: float) -> tuple[Any, ...]:
+    """One chunk, on a Dask worker: ``("ok", outcomes)`` or ``("error", exit code, line)``.
+
+    Errors are answered, not raised: Dask would retry a raised one, and a broken
+    scenario or a wrongly started worker fails the same way every time.
+    """
+    worker = require_distributed().get_worker()
+    wrong = _wrong_hash_seed(worker, hash_seed)
+    if wrong is not None:
+        return ("error", UsageError.exit_code, wrong)
+    _start_watchdog(worker)
+    key = str(worker.get_current_task())
+    with _ONE_AT_A_TIME:
+        beat = _WorkerBeat(run_id, stop_at, seed_timeout)
+        beat.stop = run_id in _STOPPED
+        with _STATE:
+            _RUNNING[key] = beat
+        try:
+            try:
+                load(ref)
+            except DstError as err:
+                return ("error", err.exit_code, f"Dask worker {worker.address}: {err}")
+            return ("ok", run_chunk(ref, config, seeds, beat=beat, strategy=strategy,
+                                    keep=keep))
+        except DstError as err:
+            return ("error", err.exit_code, str(err))
+        finally:
+            with _STATE:
+                _RUNNING.pop(key, None)
+
+
+def _worker_facts(ref: str, hash_seed: int, dask_worker: Any = None) -> dict[str, Any]:
+    """What the submitting process checks of each worker before any seed runs."""
+    try:
+        load(ref)
+        missing = None
+    except DstError as err:
+        missing = str(err)
+    return {"hash_seed": _wrong_hash_seed(dask_worker, hash_seed), "scenario": missing,
+            "version": __version__}
+
+
+def _request_stop(run_id: str) -> None:
+    with _STATE:
+        _STOPPED.add(run_id)
+        for beat in _RUNNING.values():
+            if beat.run_id == run_id:
+                beat.stop = True
+
+
+def _forget(run_id: str) -> None:
+    with _STATE:
+        _STOPPED.discard(run_id)
+
+
+# -- in the submitting process -----------------------------------------------------------
+
+
+def _check_workers(client: Client, address: str, ref: str, hash_seed: int,
+                   worker_timeout: float) -> None:
+    """Refuse to start unless each worker present can run the scenario as ``dst`` would."""
+    start = _START_WORKER.format(hash_seed=hash_seed, address=address)
+    try:
+        client.wait_for_workers(1, timeout=worker_timeout)
+    except TimeoutError:
+        raise UsageError(f"no Dask worker joined the scheduler at {address} within "
+                         f"{worker_timeout:g}s; start some with `{start}`") from None
+    threads = client.nthreads()
+    facts = client.run(_worker_facts, ref, hash_seed, on_error="return")
+    for where, fact in sorted(facts.items()):
+        if isinstance(fact, BaseException):
+            raise DstError(f"Dask worker {where} could not be asked about itself "
+                           f"({describe_exception(fact)}); is it the same dst and Python?")
+        if fact["version"] != __version__:
+            raise UsageError(f"Dask worker {where} runs dst {fact['version']}, this is dst "
+                             f"{__version__}: install the same dst on every worker")
+        if fact["hash_seed"] is not None:
+            raise UsageError(fact["hash_seed"])
+        if threads.get(where, 1) != 1:
+            raise UsageError(f"Dask worker {where} runs {threads[where]} threads, but a "
+                             f"process runs one simulation at a time: start workers as "
+                             f"`{start}`")
+        if fact["scenario"] is not None:
+            raise UsageError(f"Dask worker {where}: {fact['scenario']} (a scenario must be a "
+                             "shipped name, a module importable there, or a .py file at the "
+                             "same path on every worker)")
+
+
+def _portable_ref(ref: str) -> str:
+    """A ``.py`` file by absolute path: a worker's working directory is not ours."""
+    if ref.endswith(".py") and os.path.isfile(ref):
+        return os.path.abspath(ref)
+    return ref
+
+
+def run_on_cluster(
+    address: str,
+    scenario_ref: str,
+    config: Mapping[str, Any],
+    seeds: Iterable[int],
+    *,
+    deadline: float | None = None,
+    on_chunk: Callable[[BulkSummary, list[SeedOutcome]], None] | None = None,
+    summary: BulkSummary | None = None,
+    seed_timeout: float = SEED_TIMEOUT,
+    strategy: str = "random",
+    keep: Callable[[], KeepPolicy | None] | None = None,
+    max_failures: int | None = None,
+    retries: int = RETRIES,
+    hash_seed: int = HASH_SEED,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    worker_timeout: float = WORKER_TIMEOUT,
+) -> BulkSummary:
+    """Run ``seeds`` on the workers of the Dask scheduler at ``address``.
+
+    The arguments and the result are ``run_bulk``'s (``deadline`` is
+    ``time.monotonic()`` time here too), without ``workers`` (the cluster has
+    what it has) or ``check_determinism`` (it needs workers under other hash
+    seeds: run it locally).  Chunks come back as they complete and are absorbed
+    in seed order, as ``run_bulk`` absorbs them: ``on_chunk(summary, outcomes)``
+    runs once per chunk, ``max_failures`` counts failures in seed order, and the
+    summary is the one a local run of the same seeds gives.  An unreachable
+    scheduler, no worker, or a worker that cannot run the scenario as ``dst``
+    would is a one-line :class:`UsageError` before any seed runs; an error in
+    the scenario's own code is raised once the chunks before it are absorbed.
+    """
+    summary = summary if summary is not None else BulkSummary()
+    ref = _portable_ref(scenario_ref)
+    client = connect(address, connect_timeout)
+    run_id = uuid.uuid4().hex[:12]
+    events: queue.Queue[dict[str, Any]] = queue.Queue()
+    # Dask logs what it recovers from (a result fetched again after its worker died)
+    # as warnings on stderr, where `dst run` draws its progress line; what it could
+    # not recover from reaches the summary.
+    dask_log = logging.getLogger("distributed")
+    level = dask_log.level
+    dask_log.setLevel(logging.ERROR)
+    try:
+        _check_workers(client, address, ref, hash_seed, worker_timeout)
+        client.subscribe_topic(_events_topic(run_id), lambda event: events.put(event[1]))
+        submitter = _Submitter(client, run_id, ref, dict(config), summary, on_chunk, events,
+                               seed_timeout=seed_timeout, strategy=strategy, keep=keep,
+                               max_failures=max_failures, retries=retries,
+                               hash_seed=hash_seed, worker_timeout=worker_timeout)
+        return submitter.run(seed_chunks(seeds), deadline)
+    finally:
+        try:
+            client.run(_forget, run_id, on_error="ignore")
+        except Exception:
+            pass  # the scheduler went away: nothing to tidy there
+        client.close()
+        dask_log.setLevel(level)
+
+
+@dataclass
+class _Chunk:
+    """One chunk on its way through the cluster, absorbed in seed order."""
+
+    seeds: list[int]
+    future: Future
+    outcomes: list[SeedOutcome] | None = None
+    abandoned: bool = False
+
+    @property
+    def range(self) -> tuple[int, int]:
+        return self.seeds[0], self.seeds[-1] + 1
+
+    @property
+    def shown(self) -> str:
+        return f"seeds {self.seeds[0]}..{self.seeds[-1]}"
+
+    def ready(self) -> bool:
+        return self.abandoned or self.outcomes is not None
+
+
+class _Submitter:
+    """Keeps about two chunks per worker thread submitted; absorbs them in seed order."""
+
+    def __init__(self, client: Client, run_id: str, ref: str, config: dict[str, Any],
+                 summary: BulkSummary,
+                 on_chunk: Callable[[BulkSummary, list[SeedOutcome]], None] | None,
+                 events: queue.Queue[dict[str, Any]], *, seed_timeout: float, strategy: str,
+                 keep: Callable[[], KeepPolicy | None] | None, max_failures: int | None,
+                 retries: int, hash_seed: int, worker_timeout: float) -> None:
+        self.client, self.run_id, self.ref, self.config = client, run_id, ref, config
+        self.summary, self.on_chunk, self.events = summary, on_chunk, events
+        self.seed_timeout, self.strategy, self.keep = seed_timeout, strategy, keep
+        self.max_failures, self.failed_before = max_failures, summary.failed
+        self.retries, self.hash_seed = retries, hash_seed
+        #: Chunks submitted and not yet absorbed, in seed order.
+        self.order: deque[_Chunk] = deque()
+        #: The same chunks by task key, until their result is read: a key is read once,
+        #: so a chunk that ran twice (its first worker died) is absorbed once.
+        self.pending: dict[str, _Chunk] = {}
+        self.error: DstError | None = None
+        self.window, self.resized = 2, -_RESIZE
+        self.worker_timeout = worker_timeout
+        #: Since when the scheduler has had no worker (None: it has some).
+        self.no_workers_since: float | None = None
+
+    def run(self, todo: Iterator[list[int]], deadline: float | None) -> BulkSummary:
+        done = require_distributed().as_completed(loop=self.client.loop)
+        exhausted = False
+        stop_at: float | None = None  # once set: no new work; what runs gets until then
+        summary = self.summary
+        with CtrlC() as ctrl_c:
+            while True:
+                now = time.monotonic()
+                self.notice_stuck_seeds()
+                if stop_at is None and (ctrl_c.count or self.error is not None
+                                        or summary.stalled or summary.stopped_early
+                                        or (deadline is not None and now >= deadline)):
+                    stop_at = now + GRACE
+                    self.stop_workers()
+                if ctrl_c.count > 1 and stop_at is not None:
+                    stop_at = now  # a second Ctrl-C: stop at once
+                if now - self.resized >= _RESIZE:
+                    self.resize(now)
+                if stop_at is None and not exhausted:
+                    exhausted = self.submit(todo, now, deadline, done)
+                while self.order and self.order[0].ready():
+                    self.absorb(self.order.popleft())
+                if not self.order:
+                    if exhausted or stop_at is not None:
+                        break
+                    continue
+                if stop_at is not None and now >= stop_at:
+                    for chunk in self.order:
+                        if not chunk.ready():
+                            self.abandon(chunk)
+                    continue
+                if done.has_ready():
+                    for future in done.next_batch(block=False):
+                        if not self.received(future):
+                            done.add(future)  # its result went with its worker: rerun
+                else:
+                    time.sleep(_POLL)
+            summary.interrupted = bool(ctrl_c.count)
+        if self.error is not None:
+            raise self.error
+        return summary
+
+    def submit(self, todo: Iterator[list[int]], now: float, deadline: float | None,
+               done: Any) -> bool:
+        """Submit chunks up to the window; True once ``todo`` is exhausted."""
+        # Wall-clock time: a worker's monotonic clock is not this process's.
+        stop_at = None if deadline is None else time.time() + (deadline - now)
+        while len(self.order) < self.window:
+            seeds = next(todo, None)
+            if seeds is None:
+                return True
+            key = f"dst-chunk-{self.run_id}-{seeds[0]}"
+            policy = self.keep() if self.keep is not None else None
+            future = self.client.submit(
+                _chunk_task, self.run_id, self.ref, self.config, seeds, self.strategy,
+                policy, self.hash_seed, stop_at, self.seed_timeout, key=key,
+                retries=self.retries, pure=False)
+            chunk = _Chunk(seeds, future)
+            self.order.append(chunk)
+            self.pending[key] = chunk
+            done.add(future)
+        return False
+
+    def resize(self, now: float) -> None:
+        """Keep two chunks a worker thread in flight; stop when no worker is left."""
+        self.resized = now
+        threads = sum(self.client.nthreads().values())
+        self.window = max(2, 2 * threads)
+        if threads:
+            self.no_workers_since = None
+            return
+        if self.no_workers_since is None:
+            self.no_workers_since = now
+        elif now - self.no_workers_since >= self.worker_timeout:
+            self.stalled(f"no Dask worker left for {self.worker_timeout:g}s (did the code "
+                         "under test end their processes?); start workers, then continue "
+                         "with --resume", None)
+
+    def received(self, future: Future) -> bool:
+        """Take a chunk's result; False if it could not be fetched (the task runs again)."""
+        key = str(future.key)
+        chunk = self.pending.get(key)
+        if chunk is None:
+            return True  # abandoned on the way, or read before: a chunk is absorbed once
+        status = future.status
+        if status == "finished":
+            try:
+                # Its worker may die between finishing and answering: Dask then runs
+                # the chunk again, and this waits for that; never block the loop on it.
+                reply = future.result(timeout=_FETCH)
+            except TimeoutError:
+                return False
+            del self.pending[key]
+            future.release()
+            if reply[0] == "ok":
+                chunk.outcomes = reply[1]
+                return True
+            self.error = self.error or _relayed(reply[1], reply[2])
+            chunk.abandoned = True
+            return True
+        del self.pending[key]
+        if status == "error":
+            exc = future.exception()
+            if isinstance(exc, require_distributed().KilledWorker):
+                self.stalled(f"{chunk.shown}: every Dask worker that ran them died (the code "
+                             "under test ended its process?)", None)
+            else:
+                self.error = self.error or InternalError(
+                    f"{describe_exception(exc)} while running {chunk.shown} on Dask")
+        else:
+            self.stalled(f"{chunk.shown}: the Dask scheduler reports them {status} (their "
+                         "workers died with the result and none is left to run them again, "
+                         "or the scheduler restarted)", None)
+        chunk.abandoned = True
+        return True
+
+    def absorb(self, chunk: _Chunk) -> None:
+        summary = self.summary
+        if summary.stopped_early:
+            return  # beyond the last failure wanted: as if never asked for
+        if chunk.abandoned:
+            summary.not_run.append(chunk.range)
+            return
+        outcomes = chunk.outcomes or []
+        if self.max_failures is not None:
+            left = self.max_failures - (summary.failed - self.failed_before)
+            for i, o in enumerate(outcomes):
+                left -= o.verdict == "fail"
+                if left <= 0:
+                    outcomes, summary.stopped_early = outcomes[:i + 1], True
+                    break
+        if not outcomes:
+            return
+        summary.absorb(outcomes)
+        if self.on_chunk is not None:
+            self.on_chunk(summary, outcomes)
+
+    def abandon(self, chunk: _Chunk) -> None:
+        """Give up on a chunk: its result, should it come, is not read."""
+        self.pending.pop(str(chunk.future.key), None)
+        chunk.future.cancel()
+        chunk.abandoned = True
+
+    def stalled(self, why: str, seed: int | None) -> None:
+        if self.summary.stalled is None:
+            self.summary.stalled, self.summary.stalled_seed = why, seed
+
+    def notice_stuck_seeds(self) -> None:
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return
+            chunk = self.pending.get(str(event["key"]))
+            if chunk is None:
+                continue
+            self.abandon(chunk)
+            self.stalled(f"seed {event['seed']} stopped answering: no run finished for "
+                         f"{event['seconds']:g}s on Dask worker {event['worker']} (a loop "
+                         "without await, or a call that blocks, in the code under test?); "
+                         "that worker stays busy with it until restarted", int(event["seed"]))
+
+    def stop_workers(self) -> None:
+        """Chunks in flight stop after their current seed; those not started, at once."""
+        try:
+            self.client.run(_request_stop, self.run_id, on_error="ignore")
+        except Exception:
+            pass  # a worker that cannot be asked loses its chunk at ``stop_at``
+
+
+def _relayed(code: int, message: str) -> DstError:
+    err = ScenarioError(message) if code == ScenarioError.exit_code else DstError(message)
+    err.exit_code = code
+    return err

@@ -1,0 +1,195 @@
+"""Reports of a whole ``dst run``: Markdown to paste into an issue, JUnit XML for CI.
+
+Both are written from the failure groups (``dst.runner.groups``), never one
+entry per failing seed, so a run with 20,000 failures of one bug reports one
+group.  Every string that comes from a trace or from the scenario (an actor, an
+event, a message, a config value) is untrusted: the Markdown passes it through
+:func:`~dst.trace.escape.markdown_inline` and shows commands as indented code
+blocks (which Markdown prints as they are), and the XML is built by ElementTree
+(which escapes markup) from text whose control characters, lone surrogates and
+non-characters are first shown as escapes (XML 1.0 forbids them outright).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import shlex
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .. import __version__
+from ..errors import DstError
+from ..trace.codec import read_trace
+from ..trace.escape import markdown_inline, visible
+from ..trace.model import Trace
+from ..trace.render import story
+from .groups import Report
+
+#: Characters XML 1.0 does not allow, even escaped, beyond what ``visible`` shows.
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", visible(text))
+
+
+@dataclass
+class RunFacts:
+    """What a report says about one run: the run, then its groups."""
+
+    scenario: str
+    config: dict[str, Any]
+    strategy: str
+    #: The seeds asked for, as text (``0..1999``, ``0.. for 8h``), and the shard.
+    seeds: str
+    shard: str | None
+    runs: int
+    resumed: int
+    failed: int
+    seconds: float
+    #: How the run ended: ``done``, ``interrupted``, ``max-failures``, ``incomplete``.
+    status: str
+    groups: list[Report]
+    #: ``dst replay PATH ...`` for a trace path, and ``dst run ... --seed N`` for a seed.
+    replay: Callable[[Path], str]
+    rerun: Callable[[int], str]
+    stalled: str | None = None
+    by_invariant: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return f"{self.scenario} [{config_text(self.config)}]"
+
+
+def config_text(config: dict[str, Any]) -> str:
+    return " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in config.items())
+
+
+def shown_trace(report: Report) -> tuple[Path, Trace] | None:
+    """The trace a group is told by: its shrunk one, else its shortest kept one."""
+    candidates = ([report.shrunk.path] if report.shrunk else []) + [p for _, _, p in report.kept]
+    for path in candidates:
+        try:
+            return path, read_trace(path)
+        except DstError:
+            continue  # deleted or edited since: try the next, or tell it without a story
+    return None
+
+
+def _violation(trace: Trace) -> dict[str, Any] | None:
+    return next((r for r in trace.records if r["type"] == "violation"), None)
+
+
+# -- Markdown --------------------------------------------------------------------------
+
+
+def markdown(facts: RunFacts) -> str:
+    """A summary of the run in GitHub Markdown; everything from traces escaped."""
+    md = markdown_inline
+    rate = (facts.runs - facts.resumed) / facts.seconds if facts.seconds > 0 else 0.0
+    n = len(facts.groups)
+    head = (f"{facts.failed:,} failing seed{'s' * (facts.failed != 1)} in {n} "
+            f"group{'s' * (n != 1)}" if facts.failed else f"no failures in {facts.runs:,} seeds")
+    out = [f"### dst run {md(facts.scenario)}: {head}", "",
+           f"- scenario: {md(facts.scenario)}",
+           f"- config: {md(config_text(facts.config)) or 'defaults'}",
+           f"- strategy: {md(facts.strategy)}",
+           f"- seeds: {md(facts.seeds)}" + (f" (shard {md(facts.shard)})" if facts.shard else "")
+           + f"; {facts.runs:,} run ({facts.resumed:,} of them resumed), "
+             f"{facts.failed:,} failed",
+           f"- time: {facts.seconds:.1f}s ({rate:,.0f} seeds/s); ended: {md(facts.status)}",
+           f"- dst {md(__version__)} (Python {md(platform.python_version())}, "
+           f"trio {md(trio.__version__)})", ""]
+    if facts.stalled:
+        out += [f"**Incomplete:** {md(facts.stalled)}", ""]
+    if not facts.groups:
+        return "\n".join(out) + "\n"
+    out += ["| group | violated | seeds | first seed | shortest seed |",
+            "|---:|---|---:|---:|---|"]
+    for i, g in enumerate(facts.groups, 1):
+        steps, seed = g.shortest
+        out.append(f"| {i} | {md(', '.join(g.violated))} | {g.count:,} | {g.first_seed} | "
+                   f"{seed} ({steps} steps) |")
+    for i, g in enumerate(facts.groups, 1):
+        out += ["", f"#### Group {i}: {md(', '.join(g.violated))} violated in "
+                    f"{g.count:,} seed{'s' * (g.count != 1)}", ""]
+        out += _markdown_story(g)
+        steps, seed = g.shortest
+        out += ["", f"First seed {g.first_seed}, shortest seed {seed} ({steps} steps); "
+                    "run one again with:", "", f"    {visible(facts.rerun(seed))}"]
+    return "\n".join(out) + "\n"
+
+
+def _markdown_story(g: Report) -> list[str]:
+    md = markdown_inline
+    found = shown_trace(g)
+    if found is None:
+        return ["(no trace of this group is kept: run its shortest seed again, below)"]
+    path, trace = found
+    vio = _violation(trace)
+    lines: list[str] = []
+    if vio is not None:
+        lines += [f"**{md(str(vio['invariant']))} violated** at step {vio['step']}: "
+                  f"{md(str(vio['message']))}", ""]
+    told = story(trace)
+    steps = trace.footer.get("steps")
+    how = (f"shrunk from {g.shrunk.from_steps} to {g.shrunk.steps} steps"
+           if g.shrunk and path == g.shrunk.path else f"{steps} steps")
+    lines += [f"**Shortest story** ({len(told)} lines, {how}):", ""]
+    lines += [f"{n}. {t} {md(actor)}: {md(text)}" for n, (_, t, actor, text) in
+              enumerate(told, 1)]
+    replay = f"dst replay {shlex.quote(str(path))}"
+    lines += ["", "**Replay** (byte for byte):", "", f"    {visible(replay)}"]
+    return lines
+
+
+# -- JUnit XML --------------------------------------------------------------------------
+
+
+def junit(facts: RunFacts) -> str:
+    """JUnit XML: one test case for the scenario and config, one failure per group."""
+    failures = len(facts.groups)
+    errors = 1 if facts.stalled else 0
+    seconds = f"{facts.seconds:.3f}"
+    suites = ET.Element("testsuites", name="dst run", tests="1", failures=str(failures),
+                        errors=str(errors), time=seconds)
+    suite = ET.SubElement(suites, "testsuite", name=_xml(f"dst run {facts.scenario}"),
+                          tests="1", failures=str(failures), errors=str(errors),
+                          skipped="0", time=seconds)
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("scenario", facts.scenario), ("config", config_text(facts.config)),
+                        ("strategy", facts.strategy), ("seeds", facts.seeds),
+                        ("shard", facts.shard or ""), ("runs", str(facts.runs)),
+                        ("failed", str(facts.failed)), ("ended", facts.status),
+                        ("dst", __version__)):
+        ET.SubElement(props, "property", name=name, value=_xml(value))
+    case = ET.SubElement(suite, "testcase", classname=_xml(f"dst.{facts.scenario}"),
+                         name=_xml(facts.title), time=seconds)
+    for i, g in enumerate(facts.groups, 1):
+        steps, seed = g.shortest
+        found = shown_trace(g)
+        replay = facts.replay(found[0]) if found else facts.rerun(seed)
+        message = (f"group {i}: {', '.join(g.violated)} violated in {g.count:,} seeds "
+                   f"(first {g.first_seed}, shortest {seed}: {steps} steps); replay: {replay}")
+        fail = ET.SubElement(case, "failure", message=_xml(message),
+                             type=_xml(", ".join(g.violated)))
+        told = story(found[1]) if found else []
+        fail.text = "\n".join([_xml(f"{t}  {actor}  {text}") for _, t, actor, text in told]
+                              + [_xml(f"replay: {replay}")])
+    if facts.stalled:
+        ET.SubElement(case, "error", message=_xml(facts.stalled), type="incomplete")
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=False) + "\n"
+
+
+def write_report(path: str, text: str, xml: bool = False) -> None:
+    """Write a report; a lone surrogate left anywhere becomes an escape, never an error."""
+    head = '<?xml version="1.0" encoding="UTF-8"?>\n' if xml else ""
+    Path(path).write_text(head + text, encoding="utf-8", errors="backslashreplace")
