@@ -78,7 +78,7 @@ def test_the_footer_summarises_the_records(results: list[RunResult]) -> None:
 
 def test_the_header_names_the_run(results: list[RunResult]) -> None:
     header = results[0].trace().header
-    assert header["format"] == "dst-trace" and header["version"] == 1
+    assert header["format"] == "dst-trace" and header["version"] == 2
     assert header["scenario"] == "counter" and header["seed"] == 0
     assert header["config"] == {"cas": False, "workers": 2, "increments": 7}
     assert set(header) == {"type", "format", "version", "scenario", "config", "seed", "strategy",
