@@ -26,14 +26,25 @@ tried in this order until none helps (a fixpoint) or the budget runs out:
   the default;
 * lower a choice: an option replaced by each earlier one, towards index 0.
 
-Nothing here draws a random number: the same trace and scenario give the same
-result, unless the wall-clock budget cuts the search short (then the result is
-the best found so far).  The output trace is the accepted run's own, rendered
+Mutations only take away, so they cannot get from one shape of story to
+another: a second turn started by a duplicated click never becomes a second
+turn started by a second user, although that story may be shorter.  So at the
+first fixpoint the search also runs ``RESTARTS`` random walks of other seeds
+(drawn from the trace's seed, the same ones every time), and when one of them
+breaks the same invariant first in fewer decisions it becomes the run to shrink,
+and the mutations go on from it.  (The same idea as a test-case reducer that
+also tries fresh inputs: cheap next to the mutations, and it escapes a local
+minimum no deletion can leave.)
+
+The restarts' generator is seeded from the trace: the same trace and scenario
+give the same result, unless the wall-clock budget cuts the search short (then
+the result is the best found so far).  The output trace is the accepted run's own, rendered
 from its records, so ``dst replay`` reproduces it byte for byte.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -50,6 +61,9 @@ from .follow import Follow, is_fault, is_timer, without_fault
 
 #: The strategy name the shrunk trace's header carries.
 STRATEGY = "shrink"
+
+#: Random walks of other seeds tried at the first fixpoint (see the module docstring).
+RESTARTS = 200
 
 #: A candidate: the label to take at each position (None: the default there).
 Script = tuple[str | None, ...]
@@ -190,6 +204,40 @@ class _Search:
             break
         return found[0] if found else None
 
+    def restart(self, seeds: list[int]) -> bool:
+        """Random walks of ``seeds``: the smallest that breaks the target first and beats
+        the best becomes the best (its seed the one the search follows); whether one did."""
+        best = self.best
+        assert best is not None
+        found: list[_Run] = []
+
+        def feed() -> Iterator[int]:
+            for seed in seeds:
+                if self._spent():
+                    return
+                self.runs += 1
+                yield seed
+
+        def judge(result: RunResult) -> None:
+            if result.violated and result.violated[0] == self.target:
+                run = _as_run(result)
+                if run.key < (found[0] if found else best).key:
+                    found[:] = [run]
+
+        try:
+            run_seeds(self.scenario, self.config, feed(), judge, faults=self.plan)
+        except KeyboardInterrupt:
+            self.stopped = "interrupted"
+        except Exception:
+            pass  # a seed broke the scenario: no restart, the best stands
+        if not found:
+            return False
+        self.best = found[0]
+        self.seed = found[0].result.seed
+        self.tried.clear()  # scripts were tried under the old seed
+        self.accepted += 1
+        return True
+
     def improve(self, candidates: Callable[[_Run, Token], Iterable[tuple[Token, Script]]]) -> bool:
         """Apply one kind of mutation until it stops helping; whether it helped."""
         helped = False
@@ -203,6 +251,12 @@ class _Search:
             self.accepted += 1
             helped = True
         return helped
+
+
+def _restart_seeds(seed: int, n: int) -> list[int]:
+    """``n`` other seeds, the same for the same ``seed``: what restarts run."""
+    draw = random.Random(f"dst/shrink/{seed}")
+    return sorted({draw.randrange(2**31) for _ in range(n)} - {seed})
 
 
 # -- the mutations ------------------------------------------------------------------
@@ -292,9 +346,14 @@ def shrink(scenario: Scenario, trace: Trace, *, budget: float = 30.0,
                               f"({differs}); shrinking needs a trace that replays")
     search.best = _as_run(original)
     try:
+        restarted = False
         while search.stopped is None:
             helped = [search.improve(mutation) for mutation in MUTATIONS]
             if not any(helped) and search.stopped is None:
+                if not restarted:
+                    restarted = True
+                    if search.restart(_restart_seeds(search.seed, RESTARTS)):
+                        continue
                 search.stopped = "fixpoint"
     except KeyboardInterrupt:
         search.stopped = "interrupted"
