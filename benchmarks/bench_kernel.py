@@ -1,13 +1,14 @@
-"""What one simulated seed costs, against the same workload on bare trio.
+"""What one simulated seed costs, against bare trio and ``ping`` in the same process.
 
 Usage::
 
-    python benchmarks/bench_kernel.py [--seeds N] [--repeat 3] [--json]
+    python benchmarks/bench_kernel.py [--seeds N] [--scenario-seeds N] [--repeat 3] [--json]
 
-The workload is the ``counter`` scenario's: 2 workers, each making 15 store
-calls (7 increments of read-then-put, then a final read), so every run is 30
-choice points.  Four measurements, all in this one process, so that the
-ratios compare like with like on whatever machine runs them:
+The core workload is the ``counter`` scenario's: 2 workers, each making 15
+store calls (7 increments of read-then-put, then a final read), so every
+``cas=false`` run is 30 choice points.  Every row is measured in this one
+process, passes interleaved (one pass of each row, then the next round), so
+that the ratios compare like with like on whatever machine runs them:
 
 ``dst counter cas=false``
     ``dst.runner.single.run_seeds`` over chunks of seeds, one shared
@@ -15,24 +16,34 @@ ratios compare like with like on whatever machine runs them:
     invariant is evaluated after every step as usual, but its verdict is
     discarded: the planted lost update would otherwise stop most runs after a
     handful of steps, and the point here is a fixed 30 decisions per run.
-``dst counter cas=true``
-    the shipped default config, unchanged: it passes, and its compare-and-set
-    retries make the decision count vary per seed (reported as decisions/run).
+    Measured with the shipped fault plan (preemption at trio checkpoints on)
+    and at ``preemptions=0``.
+``dst counter`` (shipped default, ``cas=true``)
+    passes; its compare-and-set retries make the decision count vary per
+    seed (reported as decisions/run).  Preemption on and off.
+``dst approval``, ``dst replenish_crash``
+    their shipped defaults (faults on), preemption on and off; against
+    ``dst ping`` (its defaults) and against bare trio.
 ``bare trio, one trio.run per seed``
     2 tasks x 15 awaits of a trivial async store (``checkpoint`` then a dict
     read or write): what a user would write to run the code once.
 ``bare trio, seeds share a trio.run``
     the same tasks, many "seeds" back to back inside one ``trio.run``.
 
-Throughput is the best of ``--repeat`` timed passes (after a warm-up pass);
-per-run percentiles come from the best pass.  Times are ``time.perf_counter``.
-The dst side also records 28 structlog events per run (the scenario's logging),
-which the bare side does not do; that is part of what dst costs its users.
+Each row gets a warm-up pass, then ``--repeat`` timed passes; the best pass
+counts.  Seeds per second are given per wall second (``time.perf_counter``)
+and per CPU second of this process (``time.process_time``): on a shared
+machine the second is the steadier one, and it is what "seeds per second per
+core" means.  Per-run percentiles (wall) come from the best pass.  The dst
+rows also record the scenarios' structlog events, which the bare side does not
+do; that is part of what dst costs its users.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import sys
 import time
@@ -45,6 +56,7 @@ import trio
 from dst.runner.bulk import CHUNK
 from dst.runner.single import RunResult, run_seeds
 from dst.scenario import Scenario
+from dst.sim.faults import FaultPlan
 from scenarios import counter
 
 #: Store calls per worker in the default counter config with cas=false:
@@ -77,11 +89,12 @@ def _ignoring(check: Callable[[Any], object]) -> Callable[[Any], object]:
 
 @dataclass
 class Pass:
-    """One timed pass: total wall time, per-run times, decisions made."""
+    """One timed pass: total wall and CPU time, per-run times, decisions made."""
 
     seconds: float
     per_run: list[float]
     decisions: int
+    cpu: float = 0.0
 
 
 # -- dst --------------------------------------------------------------------
@@ -92,7 +105,8 @@ def _chunks(seeds: list[int]) -> Iterator[list[int]]:
         yield seeds[i : i + CHUNK]
 
 
-def dst_pass(scenario: Scenario, config: dict[str, Any], seeds: list[int]) -> Pass:
+def dst_pass(scenario: Scenario, config: dict[str, Any], seeds: list[int],
+             faults: FaultPlan | None = None, *, must_pass: bool = True) -> Pass:
     """Run ``seeds`` as ``dst run`` does: chunks of CHUNK seeds, one trio.run each."""
     per_run: list[float] = []
     decisions = 0
@@ -104,15 +118,15 @@ def dst_pass(scenario: Scenario, config: dict[str, Any], seeds: list[int]) -> Pa
         per_run.append(now - last)
         last = now
         decisions += r.steps
-        if r.verdict != "pass":
+        if must_pass and r.verdict != "pass":
             raise RuntimeError(f"benchmark run of seed {r.seed} failed: {r.violated}")
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for chunk in _chunks(seeds):
         # The first run of a chunk carries the trio.run start-up, as in production.
         last = time.perf_counter()
-        run_seeds(scenario, config, chunk, on_result)
-    return Pass(time.perf_counter() - start, per_run, decisions)
+        run_seeds(scenario, config, chunk, on_result, faults=faults)
+    return Pass(time.perf_counter() - start, per_run, decisions, time.process_time() - cpu)
 
 
 # -- bare trio ------------------------------------------------------------------
@@ -137,12 +151,13 @@ async def _bare_once() -> None:
 
 def bare_pass_per_seed(seeds: list[int]) -> Pass:
     per_run: list[float] = []
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in seeds:
         t0 = time.perf_counter()
         trio.run(_bare_once)
         per_run.append(time.perf_counter() - t0)
-    return Pass(time.perf_counter() - start, per_run, len(seeds) * WORKERS * CALLS_PER_WORKER)
+    return Pass(time.perf_counter() - start, per_run, len(seeds) * WORKERS * CALLS_PER_WORKER,
+                time.process_time() - cpu)
 
 
 def bare_pass_shared(seeds: list[int]) -> Pass:
@@ -156,20 +171,63 @@ def bare_pass_shared(seeds: list[int]) -> Pass:
             per_run.append(now - last)
             last = now
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for chunk in _chunks(seeds):
         trio.run(many, chunk)
-    return Pass(time.perf_counter() - start, per_run, len(seeds) * WORKERS * CALLS_PER_WORKER)
+    return Pass(time.perf_counter() - start, per_run, len(seeds) * WORKERS * CALLS_PER_WORKER,
+                time.process_time() - cpu)
 
 
 # -- measuring --------------------------------------------------------------------
 
 
-def best_of(run: Callable[[list[int]], Pass], seeds: int, repeat: int) -> Pass:
-    """One warm-up pass (a few chunks), then the fastest of ``repeat`` timed passes."""
-    run(list(range(10_000, 10_000 + min(seeds, 2 * CHUNK))))
-    passes = [run(list(range(seeds))) for _ in range(repeat)]
-    return min(passes, key=lambda p: p.seconds)
+@dataclass
+class Row:
+    """One measured workload: its name, how a pass runs, and how many seeds a pass runs."""
+
+    key: str
+    name: str
+    run: Callable[[list[int]], Pass]
+    seeds: int
+
+
+def _scenario_row(key: str, name: str, module: str, seeds: int, preemptions: int | None) -> Row:
+    scenario: Scenario = importlib.import_module(f"scenarios.{module}").scenario
+    config = scenario.default_config()
+    plan = scenario.fault_plan(config)
+    if preemptions is not None:
+        plan = dataclasses.replace(plan, preemptions=preemptions)
+    # Shipped defaults pass; the verdict is checked so that a broken kernel shows.
+    return Row(key, name, lambda s: dst_pass(scenario, config, s, plan), seeds)
+
+
+def rows_for(seeds: int, scenario_seeds: int) -> list[Row]:
+    base = counter.scenario.default_config()
+    fixed = _measured_counter()
+    blind = {**base, "cas": False}
+    shipped = counter.scenario.fault_plan(blind)
+    off = dataclasses.replace(shipped, preemptions=0)
+    return [
+        Row("dst_cas_false", "dst counter cas=false", lambda s: dst_pass(fixed, blind, s), seeds),
+        Row("dst_cas_false_p0", "dst counter cas=false, preemptions=0",
+            lambda s: dst_pass(fixed, blind, s, off), seeds),
+        Row("dst_cas_true", "dst counter (shipped default)",
+            lambda s: dst_pass(counter.scenario, base, s), seeds),
+        Row("dst_cas_true_p0", "dst counter, preemptions=0",
+            lambda s: dst_pass(counter.scenario, base, s,
+                               dataclasses.replace(counter.scenario.fault_plan(base),
+                                                   preemptions=0)), seeds),
+        _scenario_row("ping", "dst ping (shipped default)", "ping", scenario_seeds, None),
+        _scenario_row("approval", "dst approval", "approval", scenario_seeds, None),
+        _scenario_row("approval_p0", "dst approval, preemptions=0", "approval",
+                      scenario_seeds, 0),
+        _scenario_row("replenish_crash", "dst replenish_crash", "replenish_crash",
+                      max(1, scenario_seeds // 4), None),
+        _scenario_row("replenish_crash_p0", "dst replenish_crash, preemptions=0",
+                      "replenish_crash", max(1, scenario_seeds // 4), 0),
+        Row("bare_per_seed", "bare trio, one trio.run per seed", bare_pass_per_seed, seeds),
+        Row("bare_shared", "bare trio, seeds share a trio.run", bare_pass_shared, seeds),
+    ]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -183,7 +241,9 @@ def summarize(name: str, p: Pass, runs: int) -> dict[str, Any]:
         "name": name,
         "runs": runs,
         "seconds": p.seconds,
+        "cpu_seconds": p.cpu,
         "runs_per_s": runs / p.seconds,
+        "runs_per_cpu_s": runs / p.cpu if p.cpu > 0 else float("inf"),
         "decisions_per_run": p.decisions / runs,
         "decisions_per_s": p.decisions / p.seconds,
         "us_per_run": {
@@ -195,36 +255,42 @@ def summarize(name: str, p: Pass, runs: int) -> dict[str, Any]:
     }
 
 
-def measure(seeds: int, repeat: int) -> dict[str, Any]:
-    base = counter.scenario.default_config()
-    fixed = _measured_counter()
-    rows = {
-        "dst_cas_false": summarize(
-            "dst counter cas=false (shared trio.run)",
-            best_of(lambda s: dst_pass(fixed, {**base, "cas": False}, s), seeds, repeat),
-            seeds,
-        ),
-        "dst_cas_true": summarize(
-            "dst counter cas=true (shipped default)",
-            best_of(lambda s: dst_pass(counter.scenario, base, s), seeds, repeat),
-            seeds,
-        ),
-        "bare_per_seed": summarize(
-            "bare trio, one trio.run per seed", best_of(bare_pass_per_seed, seeds, repeat), seeds
-        ),
-        "bare_shared": summarize(
-            "bare trio, seeds share a trio.run", best_of(bare_pass_shared, seeds, repeat), seeds
-        ),
-    }
-    # Ratio > 1: dst runs more seeds per second than the bare baseline does.
-    dst = rows["dst_cas_false"]["runs_per_s"]
-    ratios = {
-        "dst_vs_bare_per_seed": dst / rows["bare_per_seed"]["runs_per_s"],
-        "dst_vs_bare_shared": dst / rows["bare_shared"]["runs_per_s"],
-        "dst_cas_true_vs_bare_per_seed": (
-            rows["dst_cas_true"]["runs_per_s"] / rows["bare_per_seed"]["runs_per_s"]
-        ),
-    }
+#: (row, baseline row) pairs whose seeds/s ratio is reported.
+RATIOS = [
+    ("dst_cas_false", "bare_per_seed"),
+    ("dst_cas_false", "bare_shared"),
+    ("dst_cas_false_p0", "bare_per_seed"),
+    ("dst_cas_true", "bare_per_seed"),
+    ("dst_cas_true_p0", "bare_per_seed"),
+    ("approval", "ping"),
+    ("approval_p0", "ping"),
+    ("replenish_crash", "ping"),
+    ("replenish_crash_p0", "ping"),
+    ("ping", "bare_per_seed"),
+]
+
+
+def measure(seeds: int, repeat: int, scenario_seeds: int | None = None,
+            only: list[str] | None = None) -> dict[str, Any]:
+    rows = rows_for(seeds, scenario_seeds if scenario_seeds is not None else max(1, seeds // 5))
+    if only:
+        rows = [r for r in rows if r.key in only]
+    for row in rows:  # warm-up: imports, first trio.run, caches
+        row.run(list(range(10_000, 10_000 + min(row.seeds, 2 * CHUNK))))
+    best: dict[str, Pass] = {}
+    for _ in range(repeat):  # interleaved, so that a busy moment hits every row alike
+        for row in rows:
+            p = row.run(list(range(row.seeds)))
+            if row.key not in best or p.cpu < best[row.key].cpu:
+                best[row.key] = p
+    figures = {row.key: summarize(row.name, best[row.key], row.seeds) for row in rows}
+    ratios = {}
+    for key, baseline in RATIOS:
+        if key in figures and baseline in figures:
+            ratios[f"{key}/{baseline}"] = {
+                "wall": figures[key]["runs_per_s"] / figures[baseline]["runs_per_s"],
+                "cpu": figures[key]["runs_per_cpu_s"] / figures[baseline]["runs_per_cpu_s"],
+            }
     return {
         "workload": {
             "workers": WORKERS,
@@ -235,7 +301,7 @@ def measure(seeds: int, repeat: int) -> dict[str, Any]:
         },
         "python": sys.version.split()[0],
         "trio": trio.__version__,
-        "rows": rows,
+        "rows": figures,
         "ratios": ratios,
     }
 
@@ -243,40 +309,46 @@ def measure(seeds: int, repeat: int) -> dict[str, Any]:
 def render(result: dict[str, Any]) -> str:
     w = result["workload"]
     lines = [
-        f"workload: {w['workers']} workers x {w['calls_per_worker']} choice points; "
-        f"{w['seeds']} seeds, best of {w['repeat']}; dst chunks of {w['chunk']} seeds per "
+        f"counter workload: {w['workers']} workers x {w['calls_per_worker']} choice points; "
+        f"best of {w['repeat']} interleaved passes; dst chunks of {w['chunk']} seeds per "
         f"trio.run (python {result['python']}, trio {result['trio']})",
         "",
-        f"{'':42} {'runs/s':>8} {'dec/run':>7} {'dec/s':>9} "
+        f"{'':38} {'seeds':>5} {'runs/s':>7} {'runs/CPUs':>9} {'dec/run':>7} "
         f"{'p50 us':>7} {'p90 us':>7} {'p99 us':>7} {'max us':>7}",
     ]
     for row in result["rows"].values():
         pct = row["us_per_run"]
         lines.append(
-            f"{row['name']:42} {row['runs_per_s']:8,.0f} {row['decisions_per_run']:7.1f} "
-            f"{row['decisions_per_s']:9,.0f} {pct['p50']:7.0f} {pct['p90']:7.0f} "
-            f"{pct['p99']:7.0f} {pct['max']:7.0f}"
+            f"{row['name']:38} {row['runs']:5d} {row['runs_per_s']:7,.0f} "
+            f"{row['runs_per_cpu_s']:9,.0f} {row['decisions_per_run']:7.1f} "
+            f"{pct['p50']:7.0f} {pct['p90']:7.0f} {pct['p99']:7.0f} {pct['max']:7.0f}"
         )
-    r = result["ratios"]
-    lines += [
-        "",
-        "runs/s ratio (above 1: dst is faster than the baseline)",
-        f"  dst cas=false / bare, one trio.run per seed   {r['dst_vs_bare_per_seed']:.2f}",
-        f"  dst cas=false / bare, shared trio.run         {r['dst_vs_bare_shared']:.2f}",
-        f"  dst cas=true  / bare, one trio.run per seed   {r['dst_cas_true_vs_bare_per_seed']:.2f}",
-    ]
+    lines += ["", "seeds/s ratios (above 1: the row is faster than its baseline)",
+              f"{'':72} {'wall':>5} {'CPU':>5}"]
+    names = {key: row["name"] for key, row in result["rows"].items()}
+    for pair, r in result["ratios"].items():
+        key, baseline = pair.split("/")
+        lines.append(f"  {names[key] + ' / ' + names[baseline]:70} "
+                     f"{r['wall']:5.2f} {r['cpu']:5.2f}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=2000, help="seeds per timed pass")
+    parser.add_argument("--seeds", type=int, default=2000,
+                        help="seeds per timed pass of the counter and bare rows")
+    parser.add_argument("--scenario-seeds", type=int, default=None,
+                        help="seeds per pass of ping and approval (a quarter of it for "
+                             "replenish_crash); default: --seeds / 5")
     parser.add_argument("--repeat", type=int, default=3, help="timed passes (best one counts)")
+    parser.add_argument("--only", action="append", default=None, metavar="ROW",
+                        help="measure only this row (repeatable): " + ", ".join(
+                            r.key for r in rows_for(1, 1)))
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.repeat < 1:
-        parser.error("--seeds and --repeat must be at least 1")
-    result = measure(args.seeds, args.repeat)
+    if args.seeds < 1 or args.repeat < 1 or (args.scenario_seeds or 1) < 1:
+        parser.error("--seeds, --scenario-seeds and --repeat must be at least 1")
+    result = measure(args.seeds, args.repeat, args.scenario_seeds, args.only)
     print(json.dumps(result, indent=2) if args.json else render(result))
     return 0
 

@@ -33,9 +33,17 @@ def _frames(task: ll.Task) -> list[FrameType]:
     return out
 
 
+#: Module name -> whether it belongs to trio, the kernel or outcome (asked per frame).
+_LIBRARY: dict[str, bool] = {}
+
+
 def _is_library(frame: FrameType) -> bool:
     module = frame.f_globals.get("__name__", "")
-    return any(module == p or module.startswith(p + ".") for p in _LIBRARY_PREFIXES)
+    known = _LIBRARY.get(module)
+    if known is None:
+        known = _LIBRARY[module] = any(
+            module == p or module.startswith(p + ".") for p in _LIBRARY_PREFIXES)
+    return known
 
 
 def _where(frame: FrameType) -> str:

@@ -43,7 +43,7 @@ _WATCHED_STEPS = 64
 class BusyWatch(SimState):
     """The part of :class:`~dst.sim.kernel.Sim` that trio's loop calls between steps."""
 
-    def before_io_wait(self) -> None:
+    def loop_pass(self, batch: object = None) -> None:
         """One pass of trio's loop: count the passes since the last decision.
 
         Counting passes, not task steps, keeps the common path to one call per
@@ -57,7 +57,7 @@ class BusyWatch(SimState):
             ll.add_instrument(self._watch)
 
     def watched_step(self, task: ll.Task) -> None:
-        """A task step while the run is busy (see before_io_wait)."""
+        """A task step while the run is busy (see loop_pass)."""
         self._watched += 1
         spins = self._spin_counts
         spins[task] = spins.get(task, 0) + 1
@@ -141,10 +141,13 @@ class BusyWatch(SimState):
 
 
 class _StepWatch(Instrument):
-    """Installed only while a run is busy: sees each task step (see before_io_wait)."""
+    """Installed only while a run is busy: sees each task step (see loop_pass)."""
 
     def __init__(self, sim: BusyWatch) -> None:
         self.before_task_step = sim.watched_step  # type: ignore[method-assign]
+
+    def __dir__(self) -> list[str]:
+        return ["before_task_step"]  # the one hook, for trio's add_instrument (see HoldWatch)
 
 
 class _DoomWatch(Instrument):
@@ -152,3 +155,6 @@ class _DoomWatch(Instrument):
 
     def __init__(self, sim: BusyWatch) -> None:
         self.after_task_step = sim.doomed_step  # type: ignore[method-assign]
+
+    def __dir__(self) -> list[str]:
+        return ["after_task_step"]  # the one hook, for trio's add_instrument (see HoldWatch)

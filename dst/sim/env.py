@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import inspect
-import json
 from typing import TYPE_CHECKING
 
 import trio
 
 from ..env import Json, Message, ServiceUnavailable
+from .values import json_copy
 
 if TYPE_CHECKING:
     from .kernel import Sim
@@ -89,7 +89,7 @@ class SimServices:
                 "register it with sim.service(name, handler)"
             )
         fault = await sim.call_service(self._proc, service, op)
-        frozen = json.loads(json.dumps(request))
+        frozen = json_copy(request)
         if fault == "fail":
             sim.fault("service", service, f"{op} failed before its effect")
             raise ServiceUnavailable(f"{service}.{op}: no reply (the service is unavailable)")
@@ -102,11 +102,11 @@ class SimServices:
                 raise ServiceUnavailable(f"{service}.{op}: no reply (the reply was lost)")
             if fault == "repeat":
                 sim.fault("service", service, f"{op} executed twice")
-                reply = handler(op, json.loads(json.dumps(request)))
+                reply = handler(op, json_copy(request))
                 if inspect.isawaitable(reply):
                     reply = await reply
             elif fault == "delay":
                 seconds = sim.faults.services[service].delay_seconds
                 sim.fault("service", service, f"{op} took effect; its reply is {seconds:g}s late")
                 await trio.sleep(seconds)
-        return json.loads(json.dumps(reply))  # type: ignore[no-any-return]
+        return json_copy(reply)  # type: ignore[no-any-return]

@@ -29,7 +29,7 @@ class Findings(SimState):
             result = check()
             if result is True:
                 continue
-            message = _violation_message(name, result)
+            message = violation_message(name, result)
             self._violate(name, message)
             return True
         if self._pending:
@@ -77,7 +77,7 @@ class Findings(SimState):
         for name, check in self._end_checks:
             result = check()
             ok = result is True
-            message = "" if ok else _violation_message(name, result)
+            message = "" if ok else violation_message(name, result)
             self.records.append(("check", self.step, self.now, name, ok, message))
             if not ok:
                 self.records.append(("violation", self.step, self.now, name, message))
@@ -89,7 +89,8 @@ class Findings(SimState):
         return "fail" if self.violated else "pass"
 
 
-def _violation_message(name: str, result: object) -> str:
+def violation_message(name: str, result: object) -> str:
+    """What a check's answer other than ``True`` says: ``False``, or its own message."""
     if result is False:
         return f"{name} does not hold"
     if isinstance(result, str):

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 class FaultInjection(SimState):
     """The part of :class:`~dst.sim.kernel.Sim` that lists options and spends budgets."""
 
+    #: The timer option's label for the deadline it was last built for: a pending
+    #: timer is offered at every decision until it fires.
+    _timer_label: tuple[float, str] | None = None
+
     def _recount_faults(self) -> None:
         """Whether a partition or a service fault may still be offered (the lean path's test)."""
         self._more_faults = bool(self.partitions_left or any(
@@ -40,7 +44,9 @@ class FaultInjection(SimState):
     def _options(self, deadline: float) -> list[tuple[str, float, int, Any]]:
         options: list[tuple[str, float, int, Any]] = []
         parked = self._parked
-        faulty = self.faults_allowed()
+        plan = self.faults
+        until = plan.faults_until
+        faulty = until is None or self.now < until  # faults_allowed(), inlined
         if parked:
             items = list(parked.items()) if len(parked) == 1 else sorted(
                 parked.items(), key=by_label)
@@ -53,22 +59,27 @@ class FaultInjection(SimState):
             self.net.add_options(options, faulty)
         timer_at = len(options)
         if not math.isinf(deadline):
-            weight = self.faults.timer_weight if options else 1.0
-            options.append((f"timer@{deadline:.3f}", weight, TIMER, deadline))
+            weight = plan.timer_weight if options else 1.0
+            timer = self._timer_label
+            if timer is None or timer[0] != deadline:
+                timer = self._timer_label = (deadline, f"timer@{deadline:.3f}")
+            options.append((timer[1], weight, TIMER, deadline))
         if self.crashes_left > 0 or self.crashed:
+            may_crash = faulty and self.crashes_left > 0
+            # Without crash_only, crash_at or per-process budgets, crashable is the test.
+            plain = not (plan.crash_only or plan.crash_at or self._process_crashes)
             for proc in self.processes.values():
-                if proc.state is RUNNING:
-                    if faulty and self.crashes_left > 0 and self._may_crash(proc):
-                        options.append(
-                            (f"crash:{proc.name}", self.faults.crash_weight, CRASH, proc)
-                        )
-                elif proc.state is CRASHED:
-                    options.append((f"restart:{proc.name}", 1.0, RESTART, proc))
+                state = proc.live.state
+                if state is RUNNING:
+                    if may_crash and (proc.crashable if plain else self._may_crash(proc)):
+                        options.append((proc.crash_label, plan.crash_weight, CRASH, proc))
+                elif state is CRASHED:
+                    options.append((proc.restart_label, 1.0, RESTART, proc))
         if self.partitions_left > 0 and self.cut_off is None and faulty:
-            only = self.faults.partition_of
+            only = plan.partition_of
             for proc in self.processes.values():
                 if proc.state is RUNNING and (not only or proc.name in only):
-                    options.append((f"partition:{proc.name}", self.faults.partition_weight,
+                    options.append((f"partition:{proc.name}", plan.partition_weight,
                                     PARTITION, proc))
         if deadline in self._passive and len(options) > 1:
             del options[timer_at]  # a kernel watch: only when nothing else can happen
@@ -102,6 +113,8 @@ class FaultInjection(SimState):
     def link_budget(self, source: str, dest: str, drops: bool) -> bool:
         """Whether the plan lets a message on ``source->dest`` be dropped (or duplicated)."""
         budgets = self._link_drops if drops else self._link_dups
+        if not budgets:
+            return not self.faults.links_only
         link = f"{source}->{dest}"
         if link in budgets:
             return budgets[link] > 0

@@ -48,11 +48,10 @@ import trio.lowlevel as ll
 
 from ..errors import DivergenceError, ProcessCrashed
 from . import trio_internals
-from .blocked import task_name
 from .busy import BusyWatch
 from .clock import VirtualClock
 from .faults import SERVICE_FAULTS
-from .findings import Findings
+from .findings import Findings, violation_message
 from .injection import FaultInjection
 from .liveness import Liveness
 from .options import (
@@ -72,8 +71,12 @@ from .options import (
 from .preemption import HoldWatch, Preemption
 from .process import _CURRENT as _INCARNATION_VAR
 from .process import RUNNING, Incarnation, Process
+from .recording import Recording
+from .seeding import SeededOnFirstUse
 from .state import Invariant
 from .store import SimStore
+from .strategy import RandomWalk
+from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
 
 
 class RunStopped(BaseException):
@@ -94,8 +97,12 @@ def canonical(value: object) -> str:
     )
 
 
-class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
+class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
     """One simulated run.  Scenarios build the system on it in their ``setup``."""
+
+    #: The random walk's draw, when the strategy is exactly ``RandomWalk`` (set by
+    #: ``run``): the scheduler's common case then draws without calling ``choose``.
+    _uniform: Callable[[], float] | None = None
 
     # -- building the system (called from a scenario's setup) -----------------
 
@@ -214,34 +221,13 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
 
     def rng(self, purpose: str) -> random.Random:
         """A generator derived from the seed and ``purpose`` (for fakes)."""
-        return random.Random(f"dst/{self.seed}/{purpose}")
+        return SeededOnFirstUse(f"dst/{self.seed}/{purpose}")
 
     @property
     def now(self) -> float:
         return self._clock.now if self._clock is not None else 0.0
 
     # -- what the code under test reaches through Env -------------------------
-
-    def event(self, actor: str, event: str, fields: dict[str, Any]) -> None:
-        """Record a runtime event (the structlog processor lands here)."""
-        self.records.append(
-            ("event", self.step, self.now, actor, event, canonical_fields(fields))
-        )
-
-    def fault(self, what: str, target: str, detail: str = "") -> None:
-        self.records.append(("fault", self.step, self.now, what, target, detail))
-
-    def actor(self) -> str:
-        """Who is running now: the current task's label, or its process's name."""
-        try:
-            task = ll.current_task()
-        except RuntimeError:
-            return "dst"
-        label = self._task_labels.get(task)
-        if label is not None:
-            return label
-        proc = Process.current()
-        return proc.name if proc is not None else "dst"
 
     def enter(self, proc: Incarnation, op: str) -> Awaitable[object]:
         """Park the calling task at a choice point until the strategy picks it.
@@ -256,7 +242,7 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
             return self.refuse(proc, op)
         if self._stopping:
             return _stopped()
-        task = ll.current_task()
+        task = _RUN_CONTEXT.task
         label = self._task_labels.get(task)
         if label is None:
             label = self._label_task(task, proc)
@@ -267,7 +253,7 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
             parked.pop(task, None)
             return ll.Abort.SUCCEEDED
 
-        return ll.wait_task_rescheduled(abort)
+        return trio_internals.park(abort)
 
     async def call_service(self, proc: Incarnation, service: str, op: str) -> str | None:
         """Park at a service call; the fault the strategy chose for it, if any."""
@@ -289,14 +275,6 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
         await ll.checkpoint()  # raises Cancelled when the process's own scope is cancelled
         raise ProcessCrashed(f"process {proc.name} has crashed; {op} refused")
 
-    def release_labels(self, proc: Process) -> None:
-        """A restarted process's new tasks take the labels its dead ones had."""
-        prefix = proc.name + "/"
-        for label in [lb for lb in self._label_owner if lb == proc.name or lb.startswith(prefix)
-                      or lb.startswith(proc.name + "#")]:
-            task = self._label_owner.pop(label)
-            self._task_labels.pop(task, None)
-
     def task_spawned(self, task: ll.Task) -> None:
         """Label a process's child task in the order it was started (stable, readable),
         and tie it to its incarnation, so that it dies with it wherever it runs."""
@@ -314,33 +292,87 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
             inc.tasks.discard(task)
         self._doomed.discard(task)
 
-    def _label_task(self, task: ll.Task, inc: Incarnation) -> str:
-        proc = inc.process
-        if task is inc.main_task:
-            base = proc.name
-        else:
-            base = f"{proc.name}/{task_name(task)}"
-        label, n = base, 1
-        while label in self._label_owner and self._label_owner[label] is not task:
-            n += 1
-            label = f"{base}#{n}"
-        self._label_owner[label] = task
-        self._task_labels[task] = label
-        return label
-
     # -- the scheduler --------------------------------------------------------
 
     def on_quiescence(self, deadline: float) -> float:
         """Every task is blocked: check, choose one option, perform it.
 
-        trio calls this from inside its run loop, where an exception would be a
-        ``TrioInternalError``; a failing invariant or strategy is therefore kept,
-        the run stopped, and the error re-raised once ``trio.run`` is unwound.
+        trio calls this from inside its run loop (through the clock, see
+        ``run``), where an exception would be a ``TrioInternalError``; a
+        failing invariant or strategy is therefore kept, the run stopped, and
+        the error re-raised once ``trio.run`` is unwound.
+
+        It runs once per decision, so the common case (only parked calls are
+        enabled) is decided here in one frame; everything else goes to
+        ``_schedule``.
         """
         # Everything the hook wakes is the decision itself, never a new choice point.
         self._releasing = True
         try:
-            return self._schedule(deadline)
+            # The busy count is reset by decisions only: a held task released because
+            # nothing else could go (no decision) is still the system keeping busy.
+            if self._stopping:
+                return 0.0
+            clock = self._clock
+            assert clock is not None
+            if deadline <= clock.now:
+                return 0.0  # trio expires it in this very pass; nothing to choose
+            # ``_check_invariants``, inlined: it runs before every decision.
+            for name, check in self._invariants:
+                result = check()
+                if result is not True:
+                    self._violate(name, violation_message(name, result))
+                    return 0.0
+            if self._pending and self._check_eventually():
+                return 0.0
+            parked = self._parked
+            if (
+                not parked
+                or self._held
+                or deadline != INF
+                or self.net.in_flight
+                or self.crashes_left > 0
+                or self.crashed
+                or self._more_faults
+                or self.step >= self.max_steps
+            ):
+                return self._schedule(deadline, clock)
+            # Only parked tasks are enabled: listed by label, the task chosen woken.
+            if len(parked) == 1:
+                ((task, label),) = parked.items()
+                labels: tuple[str, ...] = (label,)
+            elif len(parked) == 2:
+                (task, label), (other, second) = parked.items()
+                if second < label:
+                    labels = (second, label)
+                    task, other = other, task
+                else:
+                    labels = (label, second)
+            else:
+                items = sorted(parked.items(), key=by_label)
+                labels = tuple([label for _, label in items])
+            self.step = step = self.step + 1
+            if self._watch is not None:
+                self._unwatch()
+            self._busy = 0
+            uniform = self._uniform
+            if uniform is not None:  # RandomWalk.choose, inlined (all weights are 1.0)
+                index = int(uniform() * len(labels)) if len(labels) > 1 else 0
+            else:
+                try:
+                    index = self.strategy.choose(step, labels, None)
+                except DivergenceError as exc:
+                    self.divergence = exc
+                    self._stop("diverged")
+                    return 0.0
+            self.records.append(("decision", step, clock.now, "schedule", labels, index))
+            if len(labels) == 2:
+                task = (task, other)[index]
+            elif len(labels) > 2:
+                task = items[index][0]
+            del parked[task]
+            trio_internals.wake(task)
+            return 0.0
         except BaseException as exc:
             self.error = exc
             self._stop("error")
@@ -348,61 +380,38 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
         finally:
             self._releasing = False
 
-    def _schedule(self, deadline: float) -> float:
-        clock = self._clock
-        assert clock is not None
-        # The busy count is reset by decisions only: a held task released because
-        # nothing else could go (no decision) is still the system keeping busy.
-        if self._stopping:
-            return 0.0
-        now = clock.now
-        if deadline <= now:
-            return 0.0  # trio expires it in this very pass; nothing to choose
-        if (self._invariants or self._pending) and self._check_invariants():
-            return 0.0
+    def _schedule(self, deadline: float, clock: VirtualClock) -> float:
+        """Held tasks, messages, timers or faults are enabled, or nothing is."""
         if self._held:
             return self._schedule_held(deadline, clock)
         if self.step >= self.max_steps:
             self._stop("bound")
             return 0.0
-        parked = self._parked
-        if (
-            deadline == INF
-            and not self.net.in_flight
-            and self.crashes_left <= 0
-            and not self.crashed
-            and not self._more_faults
-        ):
-            # The common case, kept lean: only parked tasks are enabled.
-            if not parked:
-                self._end_quiescent()
-                return 0.0
-            if len(parked) == 1:
-                ((task, label),) = parked.items()
-                labels = [label]
-                index = self._decide(labels, None)
-            else:
-                items = sorted(parked.items(), key=by_label)
-                labels = [label for _, label in items]
-                index = self._decide(labels, None)
-                task = items[index][0]
-            if index >= 0:
-                del parked[task]
-                ll.reschedule(task)
-            return 0.0
         options = self._options(deadline)
         if not options:
             self._end_quiescent()
             return 0.0
-        labels = [o[0] for o in options]
+        labels = tuple([o[0] for o in options])
         weights: list[float] | None = None
         for o in options:
             if o[1] != 1.0:
                 weights = [o[1] for o in options]
                 break
-        index = self._decide(labels, weights)
-        if index >= 0:
-            self._perform(options[index], clock)
+        # ``_decide`` and ``_perform``, inlined (the kernel is already releasing).
+        self.step = step = self.step + 1
+        if self._watch is not None:
+            self._unwatch()
+        self._busy = 0
+        try:
+            index = self.strategy.choose(step, labels, weights)
+        except DivergenceError as exc:
+            self.divergence = exc
+            self._stop("diverged")
+            return 0.0
+        self.records.append(("decision", step, clock.now, "schedule", labels, index))
+        self._perform_option(options[index], clock)
+        if self.calm_at is None and self._eventually:
+            self._note_calm()
         return 0.0
 
     def _decide(self, labels: list[str], weights: list[float] | None) -> int:
@@ -436,7 +445,7 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
             trio_internals.release(target)
         elif kind == TASK:
             del self._parked[target]
-            ll.reschedule(target)
+            trio_internals.wake(target)
         elif kind == TIMER:
             clock.now = target
         elif kind == DELIVER:
@@ -461,7 +470,7 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
             self._recount_faults()
             self._call_fault[task] = fault
             del self._parked[task]
-            ll.reschedule(task)
+            trio_internals.wake(task)
         elif kind == PARTITION:
             self.partitions_left -= 1
             self._recount_faults()
@@ -524,6 +533,8 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness):
         """Run to the end inside an already running ``trio.run`` driven by ``clock``."""
         self._clock = clock
         clock.reset()
+        if type(self.strategy) is RandomWalk:
+            self._uniform = self.strategy.uniform
         ACTIVE.append(self)
         clock.on_quiescence = self.on_quiescence
         if self.preemptions_left > 0:
@@ -575,24 +586,3 @@ def _abort_ok(_: object) -> ll.Abort:
 
 async def _stopped() -> None:
     raise RunStopped("the run has stopped")
-
-
-
-
-_IMMUTABLE = (int, str, float, bool, type(None))
-
-
-def canonical_fields(fields: dict[str, Any]) -> Any:
-    """Snapshot an event's fields now, so a later mutation cannot leak into the trace.
-
-    Scalar-only fields (the common case) are kept as a dict, which is cheap;
-    anything else is frozen as canonical JSON text.
-    """
-    for v in fields.values():
-        if type(v) not in _IMMUTABLE:
-            break
-    else:
-        return fields
-    return json.dumps(
-        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
-    )

@@ -113,9 +113,10 @@ class Liveness(SimState):
         # A process with a task waiting in recv is a server: the next message may
         # wake any of its tasks (a dispatcher sets an event), so only a lock cycle
         # there is certainly stuck.
-        listening = {inc for task, inc in blocked if _waits_for_mail(task, inc)}
+        mail = {task: _waits_for_mail(task, inc) for task, inc in blocked}
+        listening = {inc for task, inc in blocked if mail[task]}
         for task, inc in blocked:
-            if inc.process.idle or inc in listening or _waits_for_mail(task, inc):
+            if inc.process.idle or inc in listening or mail[task]:
                 if not in_lock_cycle(task):
                     continue
             label = self._task_labels.get(task) or f"{inc.name}/{task_name(task)}"
@@ -163,6 +164,6 @@ class Liveness(SimState):
 
 def _waits_for_mail(task: ll.Task, inc: Incarnation) -> bool:
     """Blocked in ``env.net.recv()``: waiting on the world, which is idle, not stuck."""
-    return inc.mail_lot.statistics().tasks_waiting > 0 and describe_wait(task).startswith(
-        "dst.sim.env.SimTransport.recv"
-    )
+    lot = inc._mail_lot  # made on the first receive: none yet, nobody waits
+    return (lot is not None and lot.statistics().tasks_waiting > 0
+            and describe_wait(task).startswith("dst.sim.env.SimTransport.recv"))

@@ -52,6 +52,28 @@ _STRUCTLOG_VARS: dict[str, contextvars.ContextVar[Any]] | None = getattr(
 )
 
 
+def _merge_bound(fields: dict[str, Any]) -> None:
+    """Add the values bound with ``bind_contextvars`` that ``fields`` does not set.
+
+    Only structlog's own variables, not every variable of the context: most
+    runs bind none, and copying the context costs on every event.
+    """
+    assert _STRUCTLOG_VARS is not None
+    for name, var in _STRUCTLOG_VARS.items():
+        value = var.get(Ellipsis)
+        if value is not Ellipsis:
+            fields.setdefault(name[len(_PREFIX):], value)
+
+
+def _merge_any(fields: dict[str, Any]) -> None:
+    """``_merge_bound`` for a structlog without its registry: scan the whole context."""
+    for var in contextvars.copy_context():
+        if var.name.startswith(_PREFIX):
+            value = var.get()
+            if value is not Ellipsis:
+                fields.setdefault(var.name[len(_PREFIX):], value)
+
+
 class _TraceLogger(structlog.make_filtering_bound_logger(0)):  # type: ignore[misc]
     """The same event dict as the chain builds, recorded without running the chain."""
 
@@ -60,27 +82,83 @@ class _TraceLogger(structlog.make_filtering_bound_logger(0)):  # type: ignore[mi
             return super()._proxy_to_logger(method_name, event, **event_kw)
         fields = self._context.copy()
         fields.update(event_kw)
-        if event is not None:
-            fields["event"] = event
-        if _STRUCTLOG_VARS is not None:
-            # Only structlog's own variables, not every variable of the context:
-            # most runs bind none, and copying the context costs on every event.
-            for name, var in _STRUCTLOG_VARS.items():
-                value = var.get(Ellipsis)
-                if value is not Ellipsis:
-                    fields.setdefault(name[len(_PREFIX):], value)
-        else:
-            for var in contextvars.copy_context():
-                if var.name.startswith(_PREFIX):
-                    value = var.get()
-                    if value is not Ellipsis:
-                        fields.setdefault(var.name[len(_PREFIX):], value)
-        sim = ACTIVE[-1]
-        text = str(fields.pop("event", ""))
-        if method_name not in ("info", "msg"):
-            fields["level"] = method_name
-        sim.event(sim.actor(), text, fields)
+        _record(method_name, event, fields)
         return None
+
+
+def _record(level: str, event: Any, fields: dict[str, Any]) -> None:
+    """Record ``event`` with ``fields`` (which it may change) and the bound context variables."""
+    if event is not None:
+        fields["event"] = event
+    if _STRUCTLOG_VARS:
+        _merge_bound(fields)
+    elif _STRUCTLOG_VARS is None:
+        _merge_any(fields)
+    ACTIVE[-1].logged(level, fields)
+
+
+_Proxy = structlog._config.BoundLoggerLazyProxy
+_CONFIG = structlog._config._CONFIG
+
+#: Logging methods of the filtering logger, by attribute, and the level each logs at.
+_LEVEL_METHODS = {
+    "debug": "debug", "info": "info", "msg": "info", "warning": "warning", "warn": "warning",
+    "error": "error", "critical": "critical", "fatal": "critical",
+}
+
+
+#: Proxies seen while dst records, and whether each is plain (``_is_plain``):
+#: what a proxy was made with does not change, so it is looked at once.
+_PLAIN: dict[Any, bool] = {}
+
+
+def _is_plain(proxy: Any) -> bool:
+    """Made by a bare ``structlog.get_logger()``, and no logger cached in it since."""
+    return bool(not proxy._initial_values and proxy._processors is None
+                and proxy._wrapper_class is None and proxy._context_class is None
+                and proxy._cache_logger_on_first_use is not True
+                and "bind" not in proxy.__dict__)
+
+
+def _proxy_method(attribute: str, level: str) -> Any:
+    """``proxy.info(...)`` for ``structlog.get_logger()``'s lazy proxy, while dst records.
+
+    Without it each call assembles a throwaway bound logger (``__getattr__``,
+    ``bind``, the logger's ``__init__``, its level method) only to record the
+    event; here a plain proxy (no initial values, processors, wrapper or
+    context class of its own, no cached logger) records it at once, with the
+    same fields.  Anything else takes structlog's own path, unchanged.
+    """
+
+    def method(self: Any, event: Any, *args: Any, **kw: Any) -> Any:
+        plain = _PLAIN.get(self)
+        if plain is None:
+            plain = _PLAIN[self] = _is_plain(self)
+        if (plain and ACTIVE and not args and _CONFIG.default_processors is _CHAIN
+                and _CONFIG.default_wrapper_class is _TraceLogger):
+            _record(level, event, kw)
+            return None
+        return getattr(self.bind(), attribute)(event, *args, **kw)
+
+    method.__name__ = attribute
+    return method
+
+
+@contextlib.contextmanager
+def _plain_proxies_record() -> Iterator[None]:
+    """Give the lazy proxy class the level methods of ``_proxy_method`` for the duration."""
+    if (_CONFIG.default_context_class is not dict
+            or any(name in _Proxy.__dict__ for name in _LEVEL_METHODS)):
+        yield  # a configuration or structlog version this shortcut does not know
+        return
+    for name, level in _LEVEL_METHODS.items():
+        setattr(_Proxy, name, _proxy_method(name, level))
+    try:
+        yield
+    finally:
+        for name in _LEVEL_METHODS:
+            delattr(_Proxy, name)
+        _PLAIN.clear()
 
 
 @contextlib.contextmanager
@@ -95,6 +173,7 @@ def structlog_to_trace() -> Iterator[None]:
         cache_logger_on_first_use=False,
     )
     try:
-        yield
+        with _plain_proxies_record():
+            yield
     finally:
         structlog.configure(**previous)

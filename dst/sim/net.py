@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..env import Message
 from .options import DELIVER, DROP, DUP
+from .values import canonical_text
 
 if TYPE_CHECKING:
     from .kernel import Sim
@@ -26,6 +27,13 @@ class InFlight:
     dest: str
     body: str  # canonical JSON: what was sent, frozen at send time
 
+    def __post_init__(self) -> None:
+        #: The labels of its options, built once: it is offered at every decision.
+        route = f"{self.id}({self.source}->{self.dest})"
+        self.deliver_label = f"deliver:{route}"
+        self.drop_label = f"drop:{route}"
+        self.dup_label = f"dup:{route}"
+
 
 class Network:
     def __init__(self, sim: Sim) -> None:
@@ -36,7 +44,7 @@ class Network:
     def post(self, source: str, dest: str, body: Any) -> str:
         self._next += 1
         mid = f"m{self._next}"
-        text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        text = canonical_text(body)
         cut = self.sim.cut_off
         if cut is not None and (source == cut) != (dest == cut):
             self.sim.fault("partitioned", mid, f"{source}->{dest}")
@@ -47,15 +55,14 @@ class Network:
     def add_options(self, options: list[tuple[str, float, int, Any]], faulty: bool = True) -> None:
         sim = self.sim
         faults = sim.faults
+        drops = faulty and sim.drops_left > 0
+        dups = faulty and sim.dups_left > 0
         for m in self.in_flight.values():
-            route = f"{m.id}({m.source}->{m.dest})"
-            options.append((f"deliver:{route}", 1.0, DELIVER, m))
-            if not faulty:
-                continue
-            if sim.drops_left > 0 and sim.link_budget(m.source, m.dest, drops=True):
-                options.append((f"drop:{route}", faults.drop_weight, DROP, m))
-            if sim.dups_left > 0 and sim.link_budget(m.source, m.dest, drops=False):
-                options.append((f"dup:{route}", faults.dup_weight, DUP, m))
+            options.append((m.deliver_label, 1.0, DELIVER, m))
+            if drops and sim.link_budget(m.source, m.dest, drops=True):
+                options.append((m.drop_label, faults.drop_weight, DROP, m))
+            if dups and sim.link_budget(m.source, m.dest, drops=False):
+                options.append((m.dup_label, faults.dup_weight, DUP, m))
 
     def cut(self, name: str) -> None:
         """A partition cuts ``name`` off: every message in flight across the cut is lost."""

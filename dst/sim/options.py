@@ -9,6 +9,8 @@ target what it acts on (a task, a message, a deadline, a process).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 import trio.lowlevel as ll
@@ -20,6 +22,6 @@ TASK, TIMER, DELIVER, DROP, DUP, CRASH, RESTART, HELD, CALL_FAULT, PARTITION = r
 INF = math.inf
 
 
-def by_label(item: tuple[ll.Task, str]) -> str:
-    """Sort key of ``(task, label)`` pairs: options are listed in label order."""
-    return item[1]
+#: Sort key of ``(task, label)`` pairs: options are listed in label order.
+#: (``itemgetter``: sorting calls no Python function per item.)
+by_label: Callable[[tuple[ll.Task, str]], str] = itemgetter(1)

@@ -12,7 +12,6 @@ exited.
 from __future__ import annotations
 
 import contextvars
-import random
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ import trio.lowlevel as ll
 
 from ..env import Env, Message
 from .env import SimClock, SimServices, SimStoreHandle, SimTransport
+from .seeding import SeededOnFirstUse
 
 if TYPE_CHECKING:
     from .kernel import Sim
@@ -36,10 +36,14 @@ _CURRENT: contextvars.ContextVar[Incarnation | None] = contextvars.ContextVar(
 )
 
 
+#: Every ``env.clock``: it holds no state (it reads trio's clock), so one serves all.
+_CLOCK = SimClock()
+
+
 class Incarnation:
     """One life of a process: from a start (or restart) to its exit or crash."""
 
-    __slots__ = ("env", "mail_lot", "mailbox", "main_task", "number", "process", "scope",
+    __slots__ = ("_mail_lot", "env", "mailbox", "main_task", "number", "process", "scope",
                  "state", "tasks")
 
     def __init__(self, process: Process, number: int) -> None:
@@ -51,7 +55,7 @@ class Incarnation:
         #: Every task this incarnation started, wherever it runs; they die with it.
         self.tasks: set[ll.Task] = set()
         self.mailbox: deque[Message] = deque()
-        self.mail_lot = ll.ParkingLot()
+        self._mail_lot: ll.ParkingLot | None = None
         self.env: Env | None = None
 
     @property
@@ -61,6 +65,14 @@ class Incarnation:
     @property
     def sim(self) -> Sim:
         return self.process.sim
+
+    @property
+    def mail_lot(self) -> ll.ParkingLot:
+        """Where ``receive`` waits; made on first use (most processes never receive)."""
+        lot = self._mail_lot
+        if lot is None:
+            lot = self._mail_lot = ll.ParkingLot()
+        return lot
 
     async def receive(self) -> Message:
         while not self.mailbox:
@@ -94,6 +106,9 @@ class Process:
         #: without that being a deadlock.
         self.idle = idle
         self.live = Incarnation(self, 0)
+        #: The labels of its crash and restart options (built once, not per decision).
+        self.crash_label = f"crash:{name}"
+        self.restart_label = f"restart:{name}"
 
     @property
     def state(self) -> str:
@@ -117,10 +132,10 @@ class Process:
         sim = self.sim
         return Env(
             name=self.name,
-            clock=SimClock(),
+            clock=_CLOCK,
             net=SimTransport(sim, inc),
             services=SimServices(sim, inc),
-            rng=random.Random(f"dst/{sim.seed}/{self.name}/{inc.number}"),
+            rng=SeededOnFirstUse(f"dst/{sim.seed}/{self.name}/{inc.number}"),
             stores={n: SimStoreHandle(sim, sim.stores[n], inc) for n in self.store_names},
         )
 
@@ -194,4 +209,5 @@ class Process:
     def deliver(self, message: Message) -> None:
         inc = self.live
         inc.mailbox.append(message)
-        inc.mail_lot.unpark()
+        if inc._mail_lot is not None:
+            inc._mail_lot.unpark()

@@ -18,7 +18,7 @@ from .clock import VirtualClock
 from .guard import Guard
 from .kernel import ACTIVE, Sim
 from .logs import structlog_to_trace
-from .trio_internals import deterministic_trio
+from .trio_internals import Unshuffled, deterministic_trio
 
 Setup = Callable[[Sim], None]
 
@@ -27,10 +27,13 @@ class _KernelHooks(Instrument):
     """Hands trio's events to the active run, on the cheapest hooks that serve.
 
     ``task_spawned``/``task_exited`` label tasks in the order they start and tie
-    them to their process's incarnation; ``before_io_wait`` (once per loop
-    pass) bounds the work trio does between two decisions.  The run installs
-    per-step instruments of its own only while it needs them (a busy run, the
-    tasks of a crashed process), so the common path pays nothing per task step.
+    them to their process's incarnation.  Passes of trio's loop (which bound
+    the work trio does between two decisions) are counted by the batch
+    generator (``Unshuffled.count_passes``) instead, which costs no instrument
+    dispatch.  The
+    run installs per-step instruments of its own only while it needs them (a
+    busy run, the tasks of a crashed process), so the common path pays nothing
+    per task step.
     """
 
     def task_spawned(self, task: trio.lowlevel.Task) -> None:
@@ -40,10 +43,6 @@ class _KernelHooks(Instrument):
     def task_exited(self, task: trio.lowlevel.Task) -> None:
         if ACTIVE:
             ACTIVE[-1].task_exited(task)
-
-    def before_io_wait(self, timeout: float) -> None:
-        if ACTIVE:
-            ACTIVE[-1].before_io_wait()
 
 
 def _collect_between_seeds() -> None:
@@ -76,18 +75,28 @@ def run_sims(
     """Run each ``(sim, setup)`` in turn in one ``trio.run``; ``on_done(sim)`` after each."""
     clock = VirtualClock()
     traps = Guard()
+    batches: list[Unshuffled] = []
 
     async def main() -> None:
         # Installed inside the run: trio's own start-up opens a socket pair.
         if guarded:
             traps.install()
+        loop = batches[0]
+        # Everything alive now (modules, the scenario, trio's runner) lives for the
+        # whole batch: kept out of the collections between seeds, which then look
+        # at what the seeds themselves allocated.
+        gc.freeze()
         try:
             first = True
             for sim, setup in jobs:
                 if not first:  # before the first, collection was simply off: nothing ran
                     _collect_between_seeds()
                 first = False
-                await sim.run(clock, setup)
+                loop.count_passes(sim.loop_pass)
+                try:
+                    await sim.run(clock, setup)
+                finally:
+                    loop.count_passes(None)
                 on_done(sim)
         finally:
             traps.restore()
@@ -95,9 +104,11 @@ def run_sims(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        with deterministic_trio(), structlog_to_trace():
+        with deterministic_trio() as loop, structlog_to_trace():
+            batches.append(loop)
             trio.run(main, clock=clock, instruments=[_KernelHooks()])
     finally:
         traps.restore()
+        gc.unfreeze()
         if collecting:
             gc.enable()

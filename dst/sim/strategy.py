@@ -8,11 +8,11 @@ to "which of these N options now?".
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from typing import Protocol
 
 from ..errors import DivergenceError
+from .seeding import seeded
 
 
 class Strategy(Protocol):
@@ -34,7 +34,9 @@ class RandomWalk:
     def __init__(self, seed: int) -> None:
         # A string seed is hashed with SHA-512 by ``random``: stable across
         # processes and PYTHONHASHSEED, unlike hashing a tuple.
-        self._rng = random.Random(f"dst-schedule/{seed}")
+        self._rng = seeded(f"dst-schedule/{seed}")
+        #: One draw in [0, 1): ``choose`` with equal weights is ``int(uniform() * n)``.
+        self.uniform = self._rng.random
 
     def choose(
         self, step: int, labels: Sequence[str], weights: Sequence[float] | None

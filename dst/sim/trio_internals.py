@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator, MutableSequence
-from typing import Any, NoReturn
+import types
+from collections.abc import Awaitable, Callable, Generator, Iterator, MutableSequence
+from typing import Any, NoReturn, cast
 
 import outcome
 import trio
@@ -59,27 +60,50 @@ def _run_module() -> Any:
     return module
 
 
-class _Unshuffled(random.Random):
-    """Stands in for trio's batch generator: the batch keeps its sorted order."""
+class Unshuffled(random.Random):
+    """Stands in for trio's batch generator: the batch keeps its sorted order.
+
+    trio shuffles every batch, empty or not, once per pass of its loop, so
+    this is also where passes are counted (``count_passes``): cheaper than an
+    instrument's ``before_io_wait``, which trio dispatches through its
+    instrument table on every pass.
+    """
 
     def shuffle(self, x: MutableSequence[Any]) -> None:
         return None
 
+    def count_passes(self, hook: Callable[[MutableSequence[Any]], None] | None) -> None:
+        """Call ``hook(batch)`` once per pass of trio's loop, before the batch runs, in
+        place of the shuffle (which leaves the batch alone); None: stop."""
+        if hook is None:
+            self.__dict__.pop("shuffle", None)
+        else:
+            self.shuffle = hook  # type: ignore[method-assign, assignment]
+
 
 @contextlib.contextmanager
-def deterministic_trio() -> Iterator[None]:
-    """Make trio's batch order a function of task creation order for the duration."""
+def deterministic_trio() -> Iterator[Unshuffled]:
+    """Make trio's batch order a function of task creation order for the duration.
+
+    Yields the stand-in generator, whose ``on_pass`` the caller may set.
+    """
     module = _run_module()
     previous = module._ALLOW_DETERMINISTIC_SCHEDULING, module._r
     module._ALLOW_DETERMINISTIC_SCHEDULING = True
-    module._r = _Unshuffled(0)
+    module._r = stand_in = Unshuffled(0)
     try:
-        yield
+        yield stand_in
     finally:
         module._ALLOW_DETERMINISTIC_SCHEDULING, module._r = previous
 
 
 _CONTEXT: list[Any] = []
+
+#: trio's run context: ``RUN_CONTEXT.task`` is the running task, absent outside
+#: one (what ``trio.lowlevel.current_task`` reads, without its frame and its
+#: exception when there is none: hot paths read ``getattr(RUN_CONTEXT, "task", None)``).
+RUN_CONTEXT: Any = getattr(getattr(getattr(trio, "_core", None), "_run", None),
+                           "GLOBAL_RUN_CONTEXT", None)
 
 
 def _runq() -> Any:
@@ -87,6 +111,54 @@ def _runq() -> Any:
     if not _CONTEXT:
         _CONTEXT.append(_run_module().GLOBAL_RUN_CONTEXT)
     return _CONTEXT[0].runner.runq
+
+
+_WaitTaskRescheduled: Any = getattr(getattr(getattr(trio, "_core", None), "_traps", None),
+                                    "WaitTaskRescheduled", None)
+
+
+@types.coroutine
+def _park(abort: Callable[[Any], trio.lowlevel.Abort]) -> Generator[Any, Any, Any]:
+    msg = object.__new__(_WaitTaskRescheduled)
+    object.__setattr__(msg, "abort_func", abort)
+    sent = yield msg
+    if type(sent) is outcome.Value:
+        return sent.value  # what ``unwrap`` returns; nothing else reads this outcome
+    return sent.unwrap()
+
+
+#: ``trio.lowlevel.wait_task_rescheduled(abort)``, in one frame instead of four.
+#: trio's own is a coroutine around a generator that yields a
+#: ``WaitTaskRescheduled`` (an attrs class with a generated ``__init__``), and
+#: ``unwrap`` then marks the outcome used: every choice point pays for all of
+#: it.  This yields the same message to trio's loop, which treats it the same
+#: way (abort, cancellation, reschedule), and returns or raises what the task
+#: was rescheduled with.
+park = cast("Callable[[Callable[[Any], trio.lowlevel.Abort]], Awaitable[Any]]",
+            _park if _WaitTaskRescheduled is not None else trio.lowlevel.wait_task_rescheduled)
+
+
+#: What every parked task is woken with: ``_park`` reads its value without
+#: marking it used, so one shared outcome serves them all.
+_NOTHING = outcome.Value(None)
+
+
+def _wake(task: trio.lowlevel.Task) -> None:
+    # ``Runner.reschedule`` without its checks, its guest-mode tick (dst never
+    # runs trio as a guest) and its ``task_scheduled`` instruments.
+    task._next_send_fn = task.coro.send
+    task._next_send = _NOTHING
+    task._abort_func = None
+    task.custom_sleep_data = None
+    RUN_CONTEXT.runner.runq.append(task)
+
+
+#: ``trio.lowlevel.reschedule(task)`` for a task waiting in :data:`park`, done
+#: by the kernel when it performs a decision.  The wake-up is the decision
+#: itself: no ``task_scheduled`` instrument sees it (the preemption
+#: instrument would only let it go), and no outcome is built for it.
+wake: Callable[[trio.lowlevel.Task], None] = (
+    _wake if park is _park else trio.lowlevel.reschedule)
 
 
 def hold(task: trio.lowlevel.Task) -> bool:

@@ -1,0 +1,109 @@
+"""What a run records about the code under test, and who did it.
+
+Events (structlog), faults and refusals land in the run's records stamped with
+the step and the virtual time; the actor of each is the label of the task that
+caused it.  Tasks are labelled in the order they start (``p``, ``p/worker``,
+``p/worker#2``): stable and readable, never a memory address.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio.lowlevel as ll
+
+from .blocked import task_name
+from .process import Incarnation, Process
+from .state import SimState
+from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
+
+
+class Recording(SimState):
+    """The part of :class:`~dst.sim.kernel.Sim` that records events and labels tasks."""
+
+    def logged(self, method: str, fields: dict[str, Any]) -> None:
+        """Record a structlog event: ``fields`` holds its ``event`` and context.
+
+        ``event(actor(), ...)`` in one frame: the recording half of every log
+        call of the code under test.
+        """
+        text = str(fields.pop("event", ""))
+        if method != "info" and method != "msg":
+            fields["level"] = method
+        task = getattr(_RUN_CONTEXT, "task", None)
+        actor = "dst" if task is None else self._task_labels.get(task)
+        if actor is None:
+            proc = Process.current()
+            actor = proc.name if proc is not None else "dst"
+        for v in fields.values():
+            if type(v) not in _IMMUTABLE:
+                frozen: Any = canonical_fields(fields)
+                break
+        else:
+            frozen = fields
+        clock = self._clock
+        self.records.append(("event", self.step, clock.now if clock is not None else 0.0,
+                             actor, text, frozen))
+
+    def event(self, actor: str, event: str, fields: dict[str, Any]) -> None:
+        """Record a runtime event (the structlog processor lands here)."""
+        self.records.append(
+            ("event", self.step, self.now, actor, event, canonical_fields(fields))
+        )
+
+    def fault(self, what: str, target: str, detail: str = "") -> None:
+        self.records.append(("fault", self.step, self.now, what, target, detail))
+
+    def actor(self) -> str:
+        """Who is running now: the current task's label, or its process's name."""
+        try:
+            task = ll.current_task()
+        except RuntimeError:
+            return "dst"
+        label = self._task_labels.get(task)
+        if label is not None:
+            return label
+        proc = Process.current()
+        return proc.name if proc is not None else "dst"
+
+    def release_labels(self, proc: Process) -> None:
+        """A restarted process's new tasks take the labels its dead ones had."""
+        prefix = proc.name + "/"
+        for label in [lb for lb in self._label_owner if lb == proc.name or lb.startswith(prefix)
+                      or lb.startswith(proc.name + "#")]:
+            task = self._label_owner.pop(label)
+            self._task_labels.pop(task, None)
+
+    def _label_task(self, task: ll.Task, inc: Incarnation) -> str:
+        proc = inc.process
+        if task is inc.main_task:
+            base = proc.name
+        else:
+            base = f"{proc.name}/{task_name(task)}"
+        label, n = base, 1
+        while label in self._label_owner and self._label_owner[label] is not task:
+            n += 1
+            label = f"{base}#{n}"
+        self._label_owner[label] = task
+        self._task_labels[task] = label
+        return label
+
+
+_IMMUTABLE = (int, str, float, bool, type(None))
+
+
+def canonical_fields(fields: dict[str, Any]) -> Any:
+    """Snapshot an event's fields now, so a later mutation cannot leak into the trace.
+
+    Scalar-only fields (the common case) are kept as a dict, which is cheap;
+    anything else is frozen as canonical JSON text.
+    """
+    for v in fields.values():
+        if type(v) not in _IMMUTABLE:
+            break
+    else:
+        return fields
+    return json.dumps(
+        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
+    )

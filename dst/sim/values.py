@@ -1,0 +1,64 @@
+"""Values crossing ``Env``: copied as the JSON round trip would copy them, for less.
+
+Everything that crosses ``Env`` is JSON, and is copied on the way, so that a
+process never shares memory with a store, a message or a service.  The copy
+was ``json.loads(json.dumps(value))``: two passes through the ``json``
+package's Python layers and a text in between.  :func:`json_copy` gives the
+same value in one pass for the values that make up almost all traffic (dicts
+with string keys, lists, tuples, strings, numbers, booleans, None), and hands
+anything else to the round trip itself, so that every conversion and every
+error is the one ``json`` makes.
+
+``json.dumps`` with any argument other than its defaults also builds a new
+encoder on each call; the encoders here are built once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: ``json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)``.
+canonical_text = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+
+#: Integers this small print in fewer digits than any limit Python allows to be
+#: set (``sys.set_int_max_str_digits``, at least 640); larger ones go through
+#: the round trip, which applies the limit in force.
+_BIG = 1 << 2000
+
+
+class _NotPlain(Exception):
+    """A value the round trip would convert (or refuse): the round trip decides."""
+
+
+def _copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain  # json turns 1, 1.5, True and None keys into strings
+            out[key] = _copy(item)
+        return out
+    if kind is list or kind is tuple:
+        return [_copy(item) for item in value]
+    if kind is str or kind is float or kind is bool or value is None:
+        return value
+    if kind is int and -_BIG < value < _BIG:
+        return value
+    raise _NotPlain
+
+
+def json_copy(value: Any) -> Any:
+    """``json.loads(json.dumps(value))``: the same value, the same errors.
+
+    Floats are kept as they are (the round trip gives back an equal float,
+    ``NaN`` and the infinities included); a tuple becomes a list; a dict keeps
+    its order.  A subclass of any of these, a non-string key or any other
+    type goes through the round trip itself, as does a structure too deep
+    (or circular) to copy by recursion.
+    """
+    try:
+        return _copy(value)
+    except (_NotPlain, RecursionError):
+        return json.loads(json.dumps(value))
