@@ -6,11 +6,11 @@ Three measurements, each of the real command in a subprocess (as a user runs it)
   and ``--workers 2``, alternated ``--repeat`` times, best of each; the figure is the
   ratio (goal: 2 workers at least 1.9x one, on a machine with two idle cores).  The
   rate is the run's own (``seconds`` of ``--json``): start-up and shrinking aside.
-- ``memory``: a long passing ``counter`` run (``--seeds``, 1,000,000 for an overnight
-  check): the peak resident memory of the ``dst`` process and of each worker, sampled
-  from ``/proc`` every ``--every`` seconds, and how much each grew from the first
-  quarter of the run to the end (goal: under 200 MB and flat); then the results
-  database's bytes per seed (goal: under 100).
+- ``memory``: a long passing ``counter`` run (``--scenario`` for another; ``--seeds``,
+  1,000,000 for an overnight check): the peak resident memory of the ``dst`` process
+  and of each worker, sampled from ``/proc`` every ``--every`` seconds, and how much
+  each grew from the first quarter of the run to the end (goal: under 200 MB and
+  flat); then the results database's bytes per seed (goal: under 100).
 - ``failures``: ``counter -c cas=false`` (nearly every seed fails the same way):
   files and bytes written under ``--out``, the wall time and the peak memory.
 
@@ -108,14 +108,15 @@ def scaling(python: str, seeds: int, repeat: int) -> dict[str, Any]:
     return {"seeds": seeds, "one_worker": one, "two_workers": two, "ratio": two / one}
 
 
-def memory(python: str, seeds: int, every: float) -> dict[str, Any]:
+def memory(python: str, seeds: int, every: float, scenario: str = "counter") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as out:
-        got = run_dst(python, ["run", "counter", "--seeds", str(seeds), "--workers", "2",
+        got = run_dst(python, ["run", scenario, "--seeds", str(seeds), "--workers", "2",
                                "--no-shrink", "--out", out], every=every)
         db = Path(out, "results.sqlite").stat().st_size
     parent = _growth(got["samples"], lambda s: s[1])
     worker = _growth(got["samples"], lambda s: max(s[2], default=0))
-    return {"seeds": seeds, "seconds": got["wall"], "parent_peak_mb": parent[0],
+    return {"scenario": scenario, "seeds": seeds, "seconds": got["wall"],
+            "parent_peak_mb": parent[0],
             "parent_growth_mb": parent[1], "worker_peak_mb": worker[0],
             "worker_growth_mb": worker[1], "db_bytes": db, "db_bytes_per_seed": db / seeds}
 
@@ -139,6 +140,8 @@ def main() -> None:
     ap.add_argument("--python", default=sys.executable,
                     help="the python whose dst is measured (another virtualenv: before)")
     ap.add_argument("--seeds", type=int, default=50_000, help="seeds of the memory run")
+    ap.add_argument("--scenario", default="counter",
+                    help="the memory run's scenario (it must pass: replenish_crash, ...)")
     ap.add_argument("--scaling-seeds", type=int, default=2_000)
     ap.add_argument("--failure-seeds", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
@@ -154,9 +157,9 @@ def main() -> None:
                   f" seeds/s, 2 workers {s['two_workers']:,.0f} seeds/s: "
                   f"{s['ratio']:.2f}x (goal >= 1.9x)", flush=True)
     if "memory" in parts:
-        result["memory"] = m = memory(args.python, args.seeds, args.every)
+        result["memory"] = m = memory(args.python, args.seeds, args.every, args.scenario)
         if not args.json:
-            print(f"memory   counter, {m['seeds']:,} passing seeds in {m['seconds']:.0f}s: "
+            print(f"memory   {m['scenario']}, {m['seeds']:,} passing seeds in {m['seconds']:.0f}s: "
                   f"parent peak {m['parent_peak_mb']:.0f} MB (grew "
                   f"{m['parent_growth_mb']:+.1f} MB after the first quarter), worker peak "
                   f"{m['worker_peak_mb']:.0f} MB ({m['worker_growth_mb']:+.1f} MB); results "

@@ -51,39 +51,47 @@ def _where(frame: FrameType) -> str:
     return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
 
 
-def describe_wait(task: ll.Task) -> str:
-    """``"trio.Lock.acquire at bank.py:23 in withdraw"``, or what can be said."""
+def _waited_in(task: ll.Task) -> tuple[FrameType | None, FrameType | None]:
+    """The library frame ``task`` waits in, and the user frame that awaited it.
+
+    The library frame is the first one inside trio, the kernel or outcome below
+    a user frame (a dunder such as ``__aenter__`` skipped: the method it calls
+    is the wait); with no user frame above a library one, the task's own
+    function is the wait, and it is the outermost library frame.
+    """
     frames = _frames(task)
     user: FrameType | None = None
-    waits_on = ""
     for frame in frames:
         if _is_library(frame):
-            if user is None:
-                continue  # dst's own wrapper around the process's main
-            name = frame.f_code.co_name
-            if name.startswith("__"):
-                continue  # ``async with lock``: name the method it calls, not __aenter__
-            module = frame.f_globals.get("__name__", "")
-            owner = frame.f_locals.get("self")
-            qual = f"{type(owner).__name__}.{name}" if owner is not None else name
-            public = "trio" if module.startswith("trio") else module
-            waits_on = f"{public}.{qual}"
-            break
+            if user is None or frame.f_code.co_name.startswith("__"):
+                continue  # dst's own wrapper around the process's main; ``async with``
+            return frame, user
         user = frame
-    if not waits_on:
-        # No user frame above a library one: the task's own function is the wait
-        # (``nursery.start_soon(event.wait)``); name the outermost library frame.
-        for frame in frames:
-            if _is_library(frame):
-                owner = frame.f_locals.get("self")
-                name = frame.f_code.co_name
-                qual = f"{type(owner).__name__}.{name}" if owner is not None else name
-                module = frame.f_globals.get("__name__", "")
-                waits_on = f"{'trio' if module.startswith('trio') else module}.{qual}"
-                break
-    if not waits_on:
-        waits_on = "an unknown wait"
+    for frame in frames:
+        if _is_library(frame):
+            return frame, user
+    return None, user
+
+
+def _named(frame: FrameType) -> str:
+    owner = frame.f_locals.get("self")
+    name = frame.f_code.co_name
+    qual = f"{type(owner).__name__}.{name}" if owner is not None else name
+    module = frame.f_globals.get("__name__", "")
+    return f"{'trio' if module.startswith('trio') else module}.{qual}"
+
+
+def describe_wait(task: ll.Task) -> str:
+    """``"trio.Lock.acquire at bank.py:23 in withdraw"``, or what can be said."""
+    frame, user = _waited_in(task)
+    waits_on = _named(frame) if frame is not None else "an unknown wait"
     return f"{waits_on} at {_where(user)}" if user is not None else waits_on
+
+
+def waits_in(task: ll.Task, code: CodeType) -> bool:
+    """Whether the wait :func:`describe_wait` names is the function of ``code``."""
+    frame, _ = _waited_in(task)
+    return frame is not None and frame.f_code is code
 
 
 def lock_waited_on(task: ll.Task) -> Any:

@@ -16,7 +16,8 @@ import trio
 import trio.lowlevel as ll
 
 from . import trio_internals
-from .blocked import describe_wait, in_lock_cycle, task_name
+from .blocked import describe_wait, in_lock_cycle, task_name, waits_in
+from .env import SimTransport
 from .process import RUNNING, Incarnation
 from .state import SimState
 
@@ -166,4 +167,8 @@ def _waits_for_mail(task: ll.Task, inc: Incarnation) -> bool:
     """Blocked in ``env.net.recv()``: waiting on the world, which is idle, not stuck."""
     lot = inc._mail_lot  # made on the first receive: none yet, nobody waits
     return (lot is not None and lot.statistics().tasks_waiting > 0
-            and describe_wait(task).startswith("dst.sim.env.SimTransport.recv"))
+            and waits_in(task, _RECV))
+
+
+#: What a task waiting for mail waits in.
+_RECV = SimTransport.recv.__code__
