@@ -29,6 +29,8 @@ from ..runner.progress import Progress, interactive
 from ..runner.recorder import Recorder
 from ..runner.reports import RunFacts, junit, markdown, write_report
 from ..runner.results import DB_NAME, missing, run_key
+from ..runner.workers import CtrlC
+from ..trace.escape import encodable
 from .run_summary import (
     Invocation,
     json_document,
@@ -307,52 +309,58 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     run = Invocation(scenario, switches, seeds, one_seed, seed_range, shard, strategy,
                      workers, duration, max_failures, keep, seed_timeout, out,
                      check_determinism, start, stop, ref, cluster)
-    try:
-        recorder = Recorder(out, scen.name, run_key(scen.name, config, strategy),
-                            record=not check_determinism)
-        # The recorder writes the traces it keeps as chunks come back.
-        summary = BulkSummary(keep_traces=False, groups=GroupBook(keep))
-        done = recorder.resume(summary, start, stop) if resume else []
-        recorder.start(config, strategy, run.seeds_text(), run.shard_text(),
-                       run.command_line(), summary.runs)
-    except (sqlite3.Error, OSError) as exc:
-        _die(UsageError(f"cannot use the results database {Path(out) / DB_NAME} ({exc}); "
-                        "move it away or give another --out"))
-    resumed = summary.runs
-    began = time.monotonic()
-    deadline = began + duration if duration is not None else None
-    progress = Progress(stop - start if stop is not None else None, resumed, deadline,
-                        enabled=not as_json and interactive())
+    # From here until the workers are gone, Ctrl-C is counted, not raised: pressed
+    # before the run is recorded, while workers start or before the first results,
+    # it stops the run like a press mid-run (summary, --resume, exit 130).  A second
+    # press outside the loop that watches the workers stops at once.
+    with CtrlC(escalate=True) as ctrl_c:
+        try:
+            recorder = Recorder(out, scen.name, run_key(scen.name, config, strategy),
+                                record=not check_determinism)
+            # The recorder writes the traces it keeps as chunks come back.
+            summary = BulkSummary(keep_traces=False, groups=GroupBook(keep))
+            done = recorder.resume(summary, start, stop) if resume else []
+            recorder.start(config, strategy, run.seeds_text(), run.shard_text(),
+                           run.command_line(), summary.runs)
+        except (sqlite3.Error, OSError) as exc:
+            _die(UsageError(f"cannot use the results database {Path(out) / DB_NAME} ({exc}); "
+                            "move it away or give another --out"))
+        resumed = summary.runs
+        began = time.monotonic()
+        deadline = began + duration if duration is not None else None
+        progress = Progress(stop - start if stop is not None else None, resumed, deadline,
+                            enabled=not as_json and interactive())
 
-    def on_chunk(s: BulkSummary, outcomes: list[SeedOutcome]) -> None:
-        recorder.chunk_done(s, outcomes)
-        progress.update(s)
+        def on_chunk(s: BulkSummary, outcomes: list[SeedOutcome]) -> None:
+            recorder.chunk_done(s, outcomes)
+            progress.update(s)
 
-    try:
-        timeout = seed_timeout if seed_timeout is not None else SEED_TIMEOUT
-        if cluster is not None:
-            run_on_cluster(cluster, ref or scen.name, config, missing(done, start, stop),
-                           deadline=deadline, on_chunk=on_chunk, summary=summary,
-                           seed_timeout=timeout, strategy=strategy, keep=summary.keep_policy,
-                           max_failures=max_failures)
-        else:
-            run_bulk(ref or scen.name, config, missing(done, start, stop),
-                     workers=workers or default_workers(), deadline=deadline,
-                     check_determinism=check_determinism, on_chunk=on_chunk, summary=summary,
-                     seed_timeout=timeout, strategy=strategy, keep=summary.keep_policy,
-                     max_failures=max_failures)
-    except DstError as err:
-        progress.close()
-        recorder.finish(summary, "error", len(summary.groups))
-        recorder.close()
-        _die(err)
-    except (sqlite3.Error, OSError) as exc:
-        progress.close()
-        recorder.close()
-        _die(UsageError(f"cannot record results in {out} ({exc}); free the disk or give "
-                        "another --out, then continue with --resume"))
-    finally:
-        progress.close()
+        try:
+            timeout = seed_timeout if seed_timeout is not None else SEED_TIMEOUT
+            if cluster is not None:
+                run_on_cluster(cluster, ref or scen.name, config, missing(done, start, stop),
+                               deadline=deadline, on_chunk=on_chunk, summary=summary,
+                               seed_timeout=timeout, strategy=strategy,
+                               keep=summary.keep_policy, max_failures=max_failures)
+            else:
+                run_bulk(ref or scen.name, config, missing(done, start, stop),
+                         workers=workers or default_workers(), deadline=deadline,
+                         check_determinism=check_determinism, on_chunk=on_chunk,
+                         summary=summary, seed_timeout=timeout, strategy=strategy,
+                         keep=summary.keep_policy, max_failures=max_failures)
+        except DstError as err:
+            progress.close()
+            recorder.finish(summary, "error", len(summary.groups))
+            recorder.close()
+            _die(err)
+        except (sqlite3.Error, OSError) as exc:
+            progress.close()
+            recorder.close()
+            _die(UsageError(f"cannot record results in {out} ({exc}); free the disk or give "
+                            "another --out, then continue with --resume"))
+        finally:
+            progress.close()
+    summary.interrupted = summary.interrupted or bool(ctrl_c.count)
     seconds = time.monotonic() - began
     if (not as_json if shrink is None else shrink) and not (
             check_determinism or summary.interrupted or summary.stalled):
@@ -380,7 +388,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     if summary.stalled:
         alone = "" if summary.stalled_seed is None else (
             f"; run it alone with: {rerun_line(run, summary.stalled_seed)}")
-        click.echo(f"error: {scenario}: {summary.stalled}{alone}", err=True)
+        click.echo(encodable(f"error: {scenario}: {summary.stalled}{alone}"), err=True)
         sys.exit(4)
     if summary.interrupted:
         sys.exit(130)

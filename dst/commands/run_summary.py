@@ -24,7 +24,7 @@ from ..runner.recorder import Recorder
 from ..runner.reports import config_text, shown_trace
 from ..scenario import Scenario
 from ..trace.codec import read_trace
-from ..trace.escape import visible
+from ..trace.escape import encodable, visible
 from ..trace.render import format_time, replay_line, story
 from .shrink import shrink_failures
 
@@ -168,6 +168,13 @@ def shrink_groups(scenario_ref: str, book: GroupBook, recorder: Recorder) -> Non
 # -- telling it ------------------------------------------------------------------------
 
 
+def _echo(line: str) -> None:
+    """Print a line of the summary.  Text from traces is already made visible; a lone
+    surrogate left in a path or a command (an argument that was not UTF-8) is
+    escaped, so that printing it cannot fail."""
+    click.echo(encodable(line))
+
+
 def _print_group(run: Invocation, title: str, g: Report, number: int, full: bool) -> None:
     steps, seed = g.shortest
     found = shown_trace(g) if full or g.kept else None
@@ -175,10 +182,10 @@ def _print_group(run: Invocation, title: str, g: Report, number: int, full: bool
     vio = next((r for r in trace.records if r["type"] == "violation"), None) if trace else None
     where = (f"seed {seed}, step {vio['step']}, virtual {format_time(vio['t'])}"
              if vio else f"seed {seed}")
-    click.echo(f"FAIL {title}: {visible(', '.join(g.violated))} violated ({where})")
+    _echo(f"FAIL {title}: {visible(', '.join(g.violated))} violated ({where})")
     alike = (f"{g.count:,} failing seeds; first seed {g.first_seed}, shortest seed {seed} "
              f"({steps} steps)" if g.count > 1 else f"1 failing seed ({steps} steps)")
-    click.echo(f"  group {number}: {alike}")
+    _echo(f"  group {number}: {alike}")
     shrunk = g.shrunk
     if full and trace is not None:
         lines = story(trace)
@@ -186,18 +193,18 @@ def _print_group(run: Invocation, title: str, g: Report, number: int, full: bool
         time_w = max([len(t) for _, t, _, _ in lines] + [0])  # "1d 00:00:00.000" is wider
         told = (f"shrunk from {shrunk.from_steps} to {shrunk.steps} steps"
                 if shrunk and found and found[0] == shrunk.path else f"{steps} steps")
-        click.echo(f"  story ({len(lines)} lines, {told}):")
+        _echo(f"  story ({len(lines)} lines, {told}):")
         for i, (_step, t, actor, text) in enumerate(lines, 1):
-            click.echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {text}")
+            _echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {text}")
     if shrunk:
-        click.echo(f"  shrunk: {shrunk.path} ({shrunk.steps} steps, from {shrunk.from_steps})")
-        click.echo(f"  replay: {run.replay(shrunk.path)}")
+        _echo(f"  shrunk: {shrunk.path} ({shrunk.steps} steps, from {shrunk.from_steps})")
+        _echo(f"  replay: {run.replay(shrunk.path)}")
     if g.kept:
         path = g.kept[0][2]
-        click.echo(f"  trace:  {path}")
-        click.echo(f"  replay: {run.replay(path)}")
+        _echo(f"  trace:  {path}")
+        _echo(f"  replay: {run.replay(path)}")
     else:
-        click.echo(f"  no trace kept; run it again with: {rerun_line(run, seed)}")
+        _echo(f"  no trace kept; run it again with: {rerun_line(run, seed)}")
 
 
 def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
@@ -208,10 +215,10 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
         _print_group(run, title, g, i, full=i <= STORIES_SHOWN)
     hidden = len(groups) - STORIES_SHOWN - GROUPS_LISTED
     if hidden > 0:
-        click.echo(f"... and {hidden:,} more failure groups (--json and --summary-md list "
+        _echo(f"... and {hidden:,} more failure groups (--json and --summary-md list "
                    "them all)")
     for o in summary.nondeterministic:
-        click.echo(f"NONDETERMINISTIC seed {o.seed}: {o.nondeterminism}")
+        _echo(f"NONDETERMINISTIC seed {o.seed}: {o.nondeterminism}")
     new = summary.runs - resumed
     rate = new / seconds if seconds > 0 else 0.0
     by = ", ".join(f"{k} x{v}" for k, v in sorted(summary.by_invariant.items()))
@@ -219,34 +226,34 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
     how = f" under {run.strategy}" if run.strategy != "random" else ""
     grouped = (f" in {len(groups):,} group{'s' * (len(groups) != 1)}"
                if summary.failed else "")
-    click.echo(f"{title}{how}: {summary.runs:,} runs{earlier}, {summary.failed:,} failed"
+    _echo(f"{title}{how}: {summary.runs:,} runs{earlier}, {summary.failed:,} failed"
                f"{' (' + by + ')' if by else ''}{grouped}, {rate:,.0f} runs/s "
                f"({seconds:.1f}s)")
     _print_coverage(scen, summary)
     if summary.bounded:
         first = next((paths[s] for s in summary.bounded_seeds if s in paths),
                      next(iter(paths.values()), None))
-        click.echo(f"{summary.bounded:,} runs hit the step bound ({scen.max_steps:,} steps) "
+        _echo(f"{summary.bounded:,} runs hit the step bound ({scen.max_steps:,} steps) "
                    "before the system came to rest, so their end-of-run checks did not run"
                    + (f"; see one with: dst show {first}" if first else ""))
     again = run.command_line()
     if summary.not_run:
-        click.echo(f"not run: seeds {ranges_text(summary.not_run)} were in flight on a worker "
+        _echo(f"not run: seeds {ranges_text(summary.not_run)} were in flight on a worker "
                    "that had to be stopped; they are not recorded as done")
     if summary.interrupted or summary.not_run:
         if run.check_determinism:
-            click.echo("interrupted: a determinism check records nothing; check the seeds "
+            _echo("interrupted: a determinism check records nothing; check the seeds "
                        f"not done with: {again}" if summary.interrupted else
                        f"check them again with: {again}")
         else:
-            click.echo(f"{'interrupted: ' if summary.interrupted else ''}the seeds finished "
+            _echo(f"{'interrupted: ' if summary.interrupted else ''}the seeds finished "
                        f"so far are recorded; continue with: {again}")
     if summary.stopped_early:
-        click.echo(f"stopped after {run.max_failures:,} failing seed"
+        _echo(f"stopped after {run.max_failures:,} failing seed"
                    f"{'s' * (run.max_failures != 1)} (--max-failures {run.max_failures}); "
                    f"the seeds after the last were not run; continue with: {again}")
     if run.check_determinism:
-        click.echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
+        _echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
                    f"{summary.runs:,} seeds replayed identically")
 
 
@@ -256,11 +263,11 @@ def _print_coverage(scen: Scenario, summary: BulkSummary) -> None:
     if declared:
         never = summary.probes_never_reached
         reached = len(declared) - len(never)
-        click.echo(f"probes: {reached} of {len(declared)} reached"
+        _echo(f"probes: {reached} of {len(declared)} reached"
                    + (f"; never reached: {', '.join(visible(n) for n in never)}" if never
                       else ""))
     if scen.fingerprint_of is not None:
-        click.echo(f"states: {len(summary.states):,} distinct fingerprints "
+        _echo(f"states: {len(summary.states):,} distinct fingerprints "
                    "(taken at every step)")
 
 

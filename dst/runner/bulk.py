@@ -24,7 +24,6 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection as mpc
 import shlex
-import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -39,7 +38,16 @@ from ..trace.model import current_hash_seed
 from .determinism import comparable, cross_difference, first_difference, other_hash_seeds
 from .groups import BOUNDED_KEPT, GroupBook, KeepPolicy, signature, to_render
 from .single import RunResult, run_seeds
-from .workers import STOP, Beat, CtrlC, Pool, Slot, describe_death, die_with_parent
+from .workers import (
+    STOP,
+    Beat,
+    CtrlC,
+    Pool,
+    Slot,
+    describe_death,
+    die_with_parent,
+    ignore_sigint,
+)
 
 #: Seeds per task sent to a worker: big enough to amortise ``trio.run`` and the
 #: inter-process round trip, small enough for a smooth progress display.
@@ -322,7 +330,7 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
 
     Ctrl-C is left to the watching process, which stops cleanly and summarises.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_sigint()
     die_with_parent()
     beat = Beat(array)
     while True:
@@ -492,8 +500,8 @@ def run_bulk(
             entry.others[slot.hash_seed] = reply[1]
             entry.awaiting.discard(slot.hash_seed)
 
-    try:
-        with CtrlC() as ctrl_c:
+    with CtrlC() as ctrl_c:
+        try:
             while True:
                 now = time.monotonic()
                 if stop_at is None and (ctrl_c.count or error is not None or summary.stalled
@@ -511,11 +519,16 @@ def run_bulk(
                         waiting.clear()
                 if ctrl_c.count > 1 and stop_at is not None:
                     stop_at = now  # a second Ctrl-C: stop at once
-                while stop_at is None and not exhausted and len(entries) <= 2 * workers \
-                        and main.has_idle():
+                while stop_at is None and not ctrl_c.count and not exhausted \
+                        and len(entries) <= 2 * workers and main.has_idle():
                     todo = next(chunks, None)
                     if todo is None:
                         exhausted = True
+                        break
+                    slot = next(main.idle())
+                    if ctrl_c.count:
+                        # Pressed while that worker started (it lands once it has):
+                        # this chunk is not sent, like every chunk after it.
                         break
                     entry = _Entry(todo, awaiting=set(checkers))
                     entries.append(entry)
@@ -523,15 +536,15 @@ def run_bulk(
                     if policy is not None and max_failures is not None:
                         left = max_failures - (summary.failed - failed_before)
                         policy = replace(policy, first=max(0, left))
-                    next(main.idle()).send(entry, todo[0], (
+                    slot.send(entry, todo[0], (
                         scenario_ref, cfg, todo, "check" if check_determinism else "run",
                         strategy, policy))
                     for waiting in unchecked.values():
                         waiting.append(entry)
-                if stop_at is None:
+                if stop_at is None and not ctrl_c.count:
                     for seed, pool in checkers.items():
                         for slot in pool.idle():
-                            if not unchecked[seed]:
+                            if not unchecked[seed] or ctrl_c.count:
                                 break
                             entry = unchecked[seed].popleft()
                             slot.send(entry, entry.seeds[0], (
@@ -542,6 +555,8 @@ def run_bulk(
                     if exhausted or stop_at is not None:
                         break
                     continue
+                if stop_at is None and ctrl_c.count:
+                    continue  # pressed since the top: stop the workers now, not after a wait
                 busy = [s for pool in pools for s in pool.busy()]
                 if stop_at is not None and now >= stop_at:
                     for slot in busy:
@@ -565,9 +580,11 @@ def run_bulk(
                                       "loop without await, or a call that blocks, in the "
                                       "code under test?)")
             summary.interrupted = bool(ctrl_c.count)
-    finally:
-        for pool in pools:
-            pool.close()
+        finally:
+            # Still counting Ctrl-C: a press while the workers are stopped is no
+            # KeyboardInterrupt out of the middle of closing them.
+            for pool in pools:
+                pool.close()
     if error is not None:
         raise error
     return summary

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..trace.escape import encodable
 from .bulk import BulkSummary, SeedOutcome
 from .groups import BOUNDED_KEPT, Group, GroupBook
 from .results import ChunkRecord, ResultsDB, StoredFailure, count_within
@@ -46,8 +47,11 @@ class Recorder:
               command: str, done: int) -> None:
         """Add this invocation to the ``runs`` table (``dst runs``)."""
         if self.record:
-            self.run_id = self.db.start_run(self.key, self.scenario, config, strategy, seeds,
-                                            shard, command, done)
+            # The command line may hold an argument that was not UTF-8 (a surrogate),
+            # which the database cannot store: it is kept escaped, as it is printed.
+            self.run_id = self.db.start_run(self.key, encodable(self.scenario), config,
+                                            strategy, encodable(seeds), shard,
+                                            encodable(command), done)
 
     def finish(self, summary: BulkSummary, status: str, groups: int) -> None:
         if self.run_id is not None:

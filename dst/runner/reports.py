@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import platform
 import re
-import shlex
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,14 +119,14 @@ def markdown(facts: RunFacts) -> str:
     for i, g in enumerate(facts.groups, 1):
         out += ["", f"#### Group {i}: {md(', '.join(g.violated))} violated in "
                     f"{g.count:,} seed{'s' * (g.count != 1)}", ""]
-        out += _markdown_story(g)
+        out += _markdown_story(g, facts.replay)
         steps, seed = g.shortest
         out += ["", f"First seed {g.first_seed}, shortest seed {seed} ({steps} steps); "
                     "run one again with:", "", f"    {visible(facts.rerun(seed))}"]
     return "\n".join(out) + "\n"
 
 
-def _markdown_story(g: Report) -> list[str]:
+def _markdown_story(g: Report, replay_of: Callable[[Path], str]) -> list[str]:
     md = markdown_inline
     found = shown_trace(g)
     if found is None:
@@ -145,8 +144,9 @@ def _markdown_story(g: Report) -> list[str]:
     lines += [f"**Shortest story** ({len(told)} lines, {how}):", ""]
     lines += [f"{n}. {t} {md(actor)}: {md(text)}" for n, (_, t, actor, text) in
               enumerate(told, 1)]
-    replay = f"dst replay {shlex.quote(str(path))}"
-    lines += ["", "**Replay** (byte for byte):", "", f"    {visible(replay)}"]
+    # The command the run prints, ``--scenario`` and all: a user's scenario is no
+    # shipped one, and ``dst replay`` refuses its trace without it.
+    lines += ["", "**Replay** (byte for byte):", "", f"    {visible(replay_of(path))}"]
     return lines
 
 

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from multiprocessing import resource_tracker
 from typing import Any
 
 # Slots of a worker's heartbeat array.
@@ -64,7 +65,7 @@ class Slot:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=serve, args=(child, self.array, hash_seed),
                                 daemon=True, name="dst-worker")
-        start_without_sigint(self.proc, hash_seed)
+        start_without_sigint(self.proc, hash_seed, spawned=ctx.get_start_method() != "fork")
         child.close()
         #: The hash seed it was started under; None: inherited from this process.
         self.hash_seed = hash_seed
@@ -105,15 +106,36 @@ class Slot:
         self.conn.close()
 
 
-def start_without_sigint(proc: Any, hash_seed: int | None) -> None:
-    """Start ``proc`` with Ctrl-C ignored from its first instruction, and under
-    ``hash_seed`` when given (a spawned interpreter reads it from the environment)."""
+#: Whether Ctrl-C can be held back (POSIX) rather than ignored around a worker's start.
+_CAN_BLOCK = hasattr(signal, "pthread_sigmask")
+
+
+def start_without_sigint(proc: Any, hash_seed: int | None, *, spawned: bool = False) -> None:
+    """Start ``proc`` deaf to Ctrl-C from its first instruction, and under ``hash_seed``
+    when given (a ``spawned`` interpreter reads it from the environment).
+
+    Ctrl-C is *blocked* in this thread while the worker starts, not ignored: the
+    worker inherits the blocked signal (through ``exec`` too) until
+    :func:`ignore_sigint` makes it ignore Ctrl-C for good, so no Ctrl-C can stop
+    it half-started; and a Ctrl-C that arrives meanwhile stays pending here and
+    reaches this process's handler as soon as the worker is started.  Ignoring
+    it here instead (``SIG_IGN`` for the duration) would drop that Ctrl-C: the
+    run would go on to its end as if it had never been pressed.  (The standard
+    library starts its resource tracker the same way, bpo-33613.)
+    """
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGINT) if main else None
+    held: Any = None
+    previous: Any = None
     saved = os.environ.get("PYTHONHASHSEED")
+    if spawned and _CAN_BLOCK:
+        # A spawned worker needs multiprocessing's resource tracker, and starting
+        # the tracker unblocks Ctrl-C behind our back: have it running first.
+        resource_tracker.ensure_running()
     try:
-        if main:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if _CAN_BLOCK:
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        elif main:  # no signal masks (Windows): ignoring is the best there is
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         if hash_seed is not None:
             os.environ["PYTHONHASHSEED"] = str(hash_seed)
         proc.start()
@@ -123,8 +145,22 @@ def start_without_sigint(proc: Any, hash_seed: int | None) -> None:
                 os.environ.pop("PYTHONHASHSEED", None)
             else:
                 os.environ["PYTHONHASHSEED"] = saved
-        if main:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a pending Ctrl-C lands now
+        elif previous is not None:
             signal.signal(signal.SIGINT, previous)
+
+
+def ignore_sigint() -> None:
+    """In a worker: ignore Ctrl-C from now on, then stop holding it back.
+
+    The watching process turns Ctrl-C into a clean stop; a worker that took it
+    would die in the middle of a seed.  A Ctrl-C held back since the worker
+    started is discarded here, as ignoring a pending signal discards it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _CAN_BLOCK:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class Pool:
@@ -156,21 +192,46 @@ class Pool:
 
 
 class CtrlC:
-    """Counts Ctrl-C presses instead of raising in the middle of recording a chunk."""
+    """Counts Ctrl-C presses instead of raising in the middle of recording a chunk.
 
-    def __init__(self) -> None:
+    Scopes nest: one opened inside another (``dst run`` holds one from before the
+    run is recorded to after its workers are gone; ``run_bulk`` opens its own)
+    starts with the presses the outer one counted, and each press inside counts
+    in both.  So a Ctrl-C pressed before the workers exist still stops the run,
+    and one pressed while they are stopped is not lost either.
+
+    With ``escalate``, a second press in this scope itself (not in one nested in
+    it) raises ``KeyboardInterrupt``: for a scope whose code does not watch
+    ``count`` (setting a run up, waiting for a cluster's workers), so that "a
+    second Ctrl-C stops at once" holds there too.
+    """
+
+    def __init__(self, *, escalate: bool = False) -> None:
         self.count = 0
+        self.escalate = escalate
         self.previous: Any = None
         self.installed = False
+        self.outer: CtrlC | None = None
 
     def __enter__(self) -> CtrlC:
         if threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGINT, self._hit)
             self.installed = True
+            outer = getattr(self.previous, "__self__", None)
+            if isinstance(outer, CtrlC) and outer is not self:
+                self.outer = outer
+                self.count += outer.count
         return self
 
     def _hit(self, _signum: int, _frame: Any) -> None:
+        self._counted()
+        if self.escalate and self.count > 1:
+            raise KeyboardInterrupt
+
+    def _counted(self) -> None:
         self.count += 1
+        if self.outer is not None:
+            self.outer._counted()
 
     def __exit__(self, *exc: object) -> None:
         if self.installed:

@@ -15,9 +15,12 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+from .escape import SURROGATE, paired
 
 FORMAT = "dst-trace"
 VERSION = 2
@@ -57,10 +60,42 @@ TOO_DEEP = f"<nested deeper than {MAX_DEPTH} levels>"
 _FIELDS_DEPTH = 1
 
 
-def canonical(value: object) -> str:
+def _dumps(value: object) -> str:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
+
+
+def canonical(value: object) -> str:
+    """``value`` as one canonical JSON line, which always encodes as UTF-8.
+
+    A string may hold surrogates (code under test logging ``"\\ud800"``, broken
+    UTF-16 from a supplier's e-mail): JSON written ``ensure_ascii=False`` would
+    keep them raw, and no UTF-8 file can.  So a line that holds one is written
+    again with each surrogate pair joined into its character (as a JSON reader
+    would join its escapes) and each lone surrogate as the escape ``\\ud800``,
+    which reads back as the same string: a replay then compares equal, and a
+    line without surrogates keeps its bytes.
+    """
+    text = _dumps(value)
+    if text.isascii() or SURROGATE.search(text) is None:  # isascii: a flag, no scan
+        return text
+    return SURROGATE.sub(_escaped, _dumps(_paired(value)))
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def _paired(value: Any) -> Any:
+    """``value`` with :func:`~dst.trace.escape.paired` applied to every string, keys too."""
+    if isinstance(value, str):
+        return paired(value) if SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {_paired(k): _paired(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_paired(v) for v in value]
+    return value
 
 
 def record_to_dict(rec: tuple[Any, ...]) -> dict[str, Any]:
