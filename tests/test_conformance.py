@@ -19,14 +19,17 @@ from click.testing import CliRunner, Result
 from dst.cli import main
 from dst.errors import DstError
 from dst.explore import exhaustive
+from dst.explore.follow import is_fault
 from dst.registry import load as load_scenario
 from dst.specs import Tlc, find, locate
 from dst.specs.catalog import SPECS_DIR
 from dst.specs.conformance import bounds_for
 from dst.specs.conformance import load as load_conformance
-from dst.specs.steer import Step, follow
+from dst.specs.steer import Step, follow, spec_story
+from dst.specs.tlc import Outcome
 
 APPROVAL = find("approval")[0]
+REPLENISH = find("replenish_order")[0]
 soak = pytest.mark.skipif(not os.environ.get("DST_SOAK"), reason="set DST_SOAK=1 to soak")
 
 
@@ -114,6 +117,11 @@ def test_a_wrong_map_is_a_disagreement_told_as_both_stories(tlc: Tlc, tmp_path: 
     assert f"  code, made to follow it: {story} -> broke NoResurrection" in out
     assert f"  code: {story} -> NoResurrection violated" in out  # AtMostOnce's pair
     assert "2 of 2 verdicts differ" in out
+    # The spec's NoResurrection story, run on the code, breaks what the wrong map pairs
+    # it with only under another name: said so, not counted as reproduced.
+    assert "spec counterexamples run on the code: 0 of 1 reproduced" in out
+    assert ("  NoResurrection at SpendMode=after, FreshView=TRUE, Serialize=TRUE, Crash=FALSE on "
+            "approval: broke NoResurrection instead, 3 of 3 spec steps taken: dst replay ") in out
 
 
 def test_a_spec_without_a_conformance_section_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -166,6 +174,93 @@ def test_a_step_the_code_cannot_take_is_a_departure() -> None:
         ("turn-1", "record")]
 
 
+# -- the replenisher's stories on the code (no TLC needed) ---------------------------------
+
+
+def steer_replenisher(scenario: str, story: list[tuple[str, str]], **switches: Any) -> Any:
+    """Run one replenish scenario steered through ``story``, under its own fault plan
+    (the lost replies are its supplier's service faults), drops and duplicates off."""
+    conf, scenarios = load_conformance(REPLENISH)
+    scen = scenarios[scenario]
+    config = scen.checked_config({"crashes": 0, "drops": 0, "dups": 0, **switches})
+    return follow(conf, scen, config, scen.fault_plan(config), [Step(a, b) for a, b in story],
+                  max_steps=scen.max_steps)
+
+
+LOST_REPLY = [("r1", "start"), ("r1", "send"), ("r1", "supplier"), ("r1", "timeout"),
+              ("r1", "send"), ("r1", "supplier")]
+
+
+def chosen(done: Any) -> list[str]:
+    return [labels[i] for labels, i in done.result.trace().decisions]
+
+
+def test_a_lost_reply_story_steers_the_replenisher_into_a_second_order() -> None:
+    done = steer_replenisher("replenish_lost_reply", LOST_REPLY, stable_key=False)
+    assert done.steer.followed == len(LOST_REPLY) and done.unfinished() is None
+    assert [(s.actor, s.action) for s in done.story] == LOST_REPLY
+    assert done.result.violated == ["OneOrderPerPO"]
+    # the one fault is the one the story asks for: the first attempt's reply is lost
+    assert [c for c in chosen(done) if is_fault(c)] == [
+        "replenisher/r1@call:supplier.order!lose_reply"]
+    calls = [c for c in chosen(done) if "@call:supplier.order" in c]
+    assert calls == ["replenisher/r1@call:supplier.order!lose_reply",
+                     "replenisher/r1@call:supplier.order"]
+    assert exhaustive.replays(load_scenario("replenish_lost_reply"), done.result.trace()) is None
+
+
+def test_the_same_story_with_a_stable_key_orders_once() -> None:
+    done = steer_replenisher("replenish_lost_reply", LOST_REPLY, stable_key=True)
+    assert done.steer.followed == len(LOST_REPLY)
+    assert done.result.violated == []
+
+
+def test_a_second_replenishment_waits_while_the_entity_counts_the_first() -> None:
+    story = [("r1", "start"), ("r2", "start")]
+    broken = steer_replenisher("replenish_concurrency", story, count_active=False)
+    assert broken.steer.followed == 2 and broken.result.violated == ["OneActivePerSku"]
+    correct = steer_replenisher("replenish_concurrency", story, count_active=True)
+    assert correct.departure().startswith("at spec step 2 (r2 start)")
+    assert correct.result.violated == []
+
+
+def test_a_spec_step_s_actor_is_read_from_sets_and_records_too() -> None:
+    """StockCheck adds to the set ``active``; Supplier takes a record off ``net``."""
+    conf, _ = load_conformance(REPLENISH)
+    base = {"active": frozenset(), "net": frozenset(), "attempt": (0, 0), "waiting": (0, 0),
+            "logged": (False, False), "replies": frozenset()}
+    states = [base,
+              dict(base, active=frozenset({1})),
+              dict(base, active=frozenset({1, 2})),
+              dict(base, active=frozenset({1, 2}), net=({"po": 2, "key": (2, 1)},),
+                   attempt=(0, 1), waiting=(0, 1)),
+              dict(base, active=frozenset({1, 2}), attempt=(0, 1), waiting=(0, 1),
+                   replies=frozenset({2})),
+              dict(base, active=frozenset({1, 2}), attempt=(0, 1), replies=frozenset(),
+                   logged=(False, True)),
+              dict(base, active=frozenset({1, 2}))]
+    outcome = Outcome("OneActivePerSku", "violated", len(states), 7, 0.0,
+                      ("Init", "StockCheck", "StockCheck", "Send", "Supplier", "Reply",
+                       "CrashWorker"), states_seen=tuple(states))
+    told_ = [(s.actor, s.action) for s in spec_story(conf, outcome)]
+    # Reply is taken within the call (null in the map); a crash is of the whole process
+    assert told_ == [("r1", "start"), ("r2", "start"), ("r2", "send"), ("r2", "supplier"),
+                     (None, "crash")]
+
+
+def test_a_map_pattern_for_an_action_no_spec_action_is_told_as_is_one_line(
+        tmp_path: Path) -> None:
+    for name in ("replenish_order.tla", "replenish_order.cfg"):
+        shutil.copy(SPECS_DIR / name, tmp_path / name)
+    doc = json.loads((SPECS_DIR / "replenish_order.map.json").read_text())
+    doc["conformance"]["choices"]["timout"] = "@call:supplier\\.order!lose_reply$"
+    (tmp_path / "replenish_order.map.json").write_text(json.dumps(doc))
+    result = invoke("conformance", "replenish_order", "--dir", str(tmp_path))
+    assert result.exit_code == 4
+    (line,) = result.stderr.splitlines()
+    assert "choices names code action 'timout', which no spec action is told as" in line
+
+
 # -- dst table --vary --------------------------------------------------------------------------
 
 
@@ -206,7 +301,31 @@ def test_table_vary_names_a_switch_the_scenario_lacks() -> None:
     assert "counter has no switch 'nope'; it has: cas, workers, increments" in result.output
 
 
-# -- the replenisher (a minute of seeded search: soak only) -------------------------------------
+# -- the replenisher against its scenarios ---------------------------------------------------
+
+
+def test_a_replenisher_counterexample_replays_on_the_real_code_as_an_ordinary_trace(
+        tlc: Tlc, tmp_path: Path) -> None:
+    """StableKey=FALSE: TLC's 7 states, run on the Replenisher, order PO-1 twice."""
+    result = invoke("conformance", "replenish_order", "-c", "StableKey=FALSE", "-c",
+                    "Crash=FALSE", "--out", str(tmp_path / "out"), "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["rows"]
+    cell = row["invariants"]["OneOrderPerPO"]
+    assert told(cell["spec"]["story"]) == LOST_REPLY
+    on_code = cell["spec_on_code"]
+    assert on_code["reproduced"] and on_code["violated"] == ["OneOrderPerPO"]
+    assert on_code["followed"] == on_code["of"] == 6 and on_code["unfinished"] is None
+    assert told(on_code["story"]) == LOST_REPLY
+    replay = invoke("replay", on_code["trace"])
+    assert replay.exit_code == 1 and replay.stdout.startswith("identical: "), replay.output
+    assert "OneOrderPerPO" in replay.output
+    pinned = invoke("pin", on_code["trace"], "--name", "second-order-from-tlc",
+                    "--dir", str(tmp_path / "pinned"))
+    assert pinned.exit_code == 0, pinned.output
+
+
+# -- the replenisher, every row (a minute of seeded search: soak only) ---------------------------
 
 
 @soak
@@ -217,3 +336,6 @@ def test_the_replenisher_spec_and_its_scenarios_agree(tlc: Tlc, tmp_path: Path) 
     doc = json.loads(result.stdout)
     assert {r["scenario"] for r in doc["rows"]} == {"replenish_lost_reply",
                                                    "replenish_concurrency"}
+    followed = [c["spec_on_code"] for r in doc["rows"] for c in r["invariants"].values()
+                if c["spec"]["verdict"] == "violated"]
+    assert len(followed) == 4 and all(f["reproduced"] for f in followed)

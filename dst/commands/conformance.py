@@ -23,7 +23,7 @@ import click
 from dst.errors import DstError, UsageError
 from dst.specs import Spec, available, find, locate
 from dst.specs.catalog import SPECS_DIR, Value, parse_value, shown
-from dst.specs.conformance import Cell, CodeVerdict, Report, RowReport, compare, load
+from dst.specs.conformance import Cell, CodeVerdict, Report, RowReport, compare, load, on_code_text
 from dst.specs.mapping import scenario_names
 from dst.specs.steer import tell
 
@@ -127,6 +127,7 @@ def _document(report: Report) -> dict[str, Any]:
             if c.on_code is not None:
                 f = c.on_code
                 follow = {"followed": f.followed, "of": f.of, "violated": f.violated,
+                          "reproduced": f.reproduced, "unfinished": f.unfinished,
                           "story": _steps(f.story), "departure": f.departure,
                           "trace": f.trace, "replay": f.replay,
                           "replay_divergence": f.replay_divergence}
@@ -222,8 +223,9 @@ def command(spec_ref: str, settings: tuple[str, ...], directory: Path, jobs: int
     (every schedule, by default), and the two verdicts are printed side by
     side, with the length of each counterexample in protocol actions.  Each
     spec counterexample is also replayed on the real runtime by steering its
-    scheduler through the spec's steps; a disagreement prints both stories in
-    the code's words and the traces that `dst replay` replays.
+    scheduler through the spec's steps, written as a trace that `dst replay`
+    replays, and one line says whether the code broke the same invariant; a
+    disagreement prints both stories in the code's words and the traces.
 
     \b
       dst conformance approval
@@ -265,7 +267,7 @@ def command(spec_ref: str, settings: tuple[str, ...], directory: Path, jobs: int
     if as_json:
         click.echo(json.dumps(_document(report), indent=2, default=str))
     else:
-        for line in _rows_text(report):
+        for line in _rows_text(report) + on_code_text(report):
             click.echo(line)
         for row, cell in report.disagreements:
             for line in _stories(row, cell):

@@ -43,7 +43,8 @@ from dst.verdict_table import only
 
 from .catalog import Spec, Value, row_cfg, shown
 from .mapping import Conformance, Pair, Search, read, scenario_names
-from .steer import Step, code_story, follow, spec_story
+from .steer import follow
+from .stories import Step, code_story, spec_story
 from .tlc import Outcome, Tlc
 from .tlc import run as run_tlc
 
@@ -78,6 +79,18 @@ class FollowedSpec:
     trace: str
     replay: str | None
     replay_divergence: str | None
+    #: The code broke the invariant the spec's story breaks.
+    reproduced: bool = False
+    #: Why the story's steps were not all taken (a departure, or the run stopping first).
+    unfinished: str | None = None
+
+    def outcome(self) -> str:
+        """What the run did, in a few words: "reproduced", "broke X instead", ..."""
+        if self.reproduced:
+            return "reproduced"
+        if self.violated:
+            return f"broke {', '.join(self.violated)} instead"
+        return "departed, broke nothing" if self.departure else "broke nothing"
 
 
 @dataclass
@@ -340,12 +353,45 @@ def compare(conf: Conformance, scenarios: Mapping[str, Scenario], tlc: Tlc, out:
 
 def _on_code(conf: Conformance, scenario: Scenario, report: RowReport, cell: Cell,
              out: Path) -> FollowedSpec:
-    """Replay the cell's spec counterexample on the code; write it as a trace."""
-    bounds = bounds_for(scenario, report.config, report.pair.search)
-    plan = exhaustive.fault_plan(scenario, report.config, bounds)
-    steps = max(scenario.max_steps, bounds.max_steps + 1)
+    """Replay the cell's spec counterexample on the code; write it as a trace.
+
+    The run has the faults the code's search had: an exhaustive search's
+    bounds, or for a seeded search the scenario's own plan (a lost reply is
+    one of its service faults).  The steer injects only the faults the story
+    asks for.
+    """
+    search = report.pair.search
+    if search.strategy == "exhaustive":
+        bounds = bounds_for(scenario, report.config, search)
+        plan = exhaustive.fault_plan(scenario, report.config, bounds)
+        steps = max(scenario.max_steps, bounds.max_steps + 1)
+    else:
+        plan, steps = scenario.fault_plan(report.config), scenario.max_steps
     done = follow(conf, scenario, report.config, plan, cell.spec_story, max_steps=steps)
     stem = f"{conf.spec.name}-{scenario.name}-{report.tag()}-{cell.invariant}"
     path, replay, why = _write(scenario, scenario.name, done.result, out / f"{stem}-spec.jsonl")
-    return FollowedSpec(done.steer.followed, len(cell.spec_story), list(done.result.violated),
-                        done.story, done.departure(), path, replay, why)
+    violated = list(done.result.violated)
+    return FollowedSpec(done.steer.followed, len(cell.spec_story), violated, done.story,
+                        done.departure(), path, replay, why,
+                        reproduced=cell.scenario_invariant in violated,
+                        unfinished=done.unfinished())
+
+
+def on_code_text(report: Report) -> list[str]:
+    """One line per spec counterexample run on the code: did the code break the same
+    invariant, how many of the spec's steps it took, and the command that replays it."""
+    cells = [(r, c) for r in report.rows for c in r.cells.values() if c.on_code is not None]
+    if not cells:
+        return []
+    same = sum(1 for _, c in cells if c.on_code is not None and c.on_code.reproduced)
+    lines = [f"spec counterexamples run on the code: {same} of {len(cells)} reproduced"]
+    for row, cell in cells:
+        f = cell.on_code
+        assert f is not None
+        setting = ", ".join(f"{n}={shown(row.row[n])}" for n in row.pair.shared)
+        where = f.replay or f"{f.trace} (does not replay: {f.replay_divergence})"
+        lines.append(f"  {cell.invariant} at {setting} on {row.pair.scenario}: {f.outcome()}, "
+                     f"{f.followed} of {f.of} spec steps taken: {where}")
+        if f.unfinished and not f.reproduced:
+            lines.append(f"    {f.unfinished}")
+    return lines

@@ -14,7 +14,10 @@ file says it (``specs/README.md`` lists the fields):
   the code's name for each actor, so that a counterexample's step is told as
   "turn-2 check" rather than "Check";
 * ``actions``: the code's name of each spec action (the ``action`` field the
-  code logs, or a pattern in ``events`` for code that logs none);
+  code logs, or a pattern in ``events`` for code that logs none, or a pattern
+  in ``choices`` of the scheduler options that take it: a call, a call's fault
+  variant, a crash), or null for a spec action the code takes within another
+  step, not as one of its own (a call's reply comes back within the call);
 * ``follow``: whether a spec counterexample can be replayed on the code by
   steering its scheduler (``dst.specs.steer``).
 """
@@ -22,8 +25,9 @@ file says it (``specs/README.md`` lists the fields):
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dst.errors import UsageError
@@ -78,11 +82,13 @@ class Conformance:
     actor_variables: tuple[str, ...]
     #: Spec actor (as TLC prints it) -> the code's name for it.
     actors: Mapping[str, str]
-    #: Spec action -> the code's action name.
-    actions: Mapping[str, str]
+    #: Spec action -> the code's action name (None: no step of the code's own).
+    actions: Mapping[str, str | None]
     #: Code action -> a pattern of the log message that means it (code with no ``action``).
     events: Mapping[str, str]
     follow: bool
+    #: Code action -> a pattern of the scheduler options that take it (``dst.specs.stories``).
+    choices: Mapping[str, str] = field(default_factory=dict)
 
     def rows(self, pair: Pair, fixed: Mapping[str, Value] | None = None
              ) -> list[dict[str, Value]]:
@@ -127,19 +133,41 @@ def read(spec: Spec, scenarios: Mapping[str, Scenario]) -> Conformance:
     try:
         actors = section.get("actors", {})
         conf = Conformance(
-            spec, (), tuple(actors.get("variables", ())),
+            spec, (), tuple(str(v) for v in actors.get("variables", ())),
             {str(k): str(v) for k, v in actors.get("names", {}).items()},
-            {str(k): str(v) for k, v in section.get("actions", {}).items()},
+            {str(k): None if v is None else str(v)
+             for k, v in section.get("actions", {}).items()},
             {str(k): str(v) for k, v in section.get("events", {}).items()},
-            bool(section.get("follow", False)))
+            bool(section.get("follow", False)),
+            {str(k): str(v) for k, v in section.get("choices", {}).items()})
         pairs = tuple(_pair(spec, conf, p, scenarios[p["scenario"]]) for p in section["pairs"])
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise _fail(spec, f"its conformance section is malformed ({type(exc).__name__}: "
                           f"{exc})") from None
     if not pairs:
         raise _fail(spec, "its conformance section names no pairs")
-    return Conformance(spec, pairs, conf.actor_variables, conf.actors, conf.actions,
-                       conf.events, conf.follow)
+    _check_patterns(spec, conf)
+    return replace(conf, pairs=pairs)
+
+
+def _check_patterns(spec: Spec, conf: Conformance) -> None:
+    """Every pattern compiles; every code action a pattern defines is one the spec's
+    actions are told as (a typo would silently never match)."""
+    told = {v for v in conf.actions.values() if v is not None}
+    for section, patterns in (("events", conf.events), ("choices", conf.choices)):
+        for action, pattern in patterns.items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise _fail(spec, f"{section} pattern of {action!r} is not a regular "
+                                  f"expression ({exc})") from None
+            if action not in told:
+                raise _fail(spec, f"{section} names code action {action!r}, which no spec "
+                                  f"action is told as (actions: {', '.join(sorted(told))})")
+    for entry in conf.actor_variables:
+        name, dot, fld = entry.partition(".")
+        if not name or (dot and not fld) or "." in fld:
+            raise _fail(spec, f"actor variable {entry!r} is neither NAME nor NAME.FIELD")
 
 
 def scenario_names(spec: Spec) -> list[str]:

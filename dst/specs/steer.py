@@ -1,21 +1,24 @@
-"""Stories in one vocabulary, and a spec counterexample replayed on the real code.
+"""A spec counterexample replayed on the real code: the scheduler steered through its steps.
 
-A TLC counterexample is a list of states with the name of the action that led
-to each; the code's shortest failing run is a list of scheduler decisions with
-log events in between.  To put the two side by side both become *stories*:
-"turn-1 restore, turn-1 check, turn-1 effect, ...", in the code's words (the
-map file names the code's action for each spec action and the code's actor for
-each spec actor).  A spec step's actor is the key whose entry changed in the
-map's actor variables (``pc[t]`` for the approval turns); a code step is an
-event the code logged with that ``action`` field (or whose message, followed by
-its fields as ``key=value``, matches one of the map's ``events`` patterns), by
-the task that logged it.
+:class:`Steer` turns a spec story (:mod:`dst.specs.stories`) into a run of the
+real code.  It is a scheduler strategy, like :class:`dst.explore.follow.Follow`,
+but it follows *actions*, not labels.  At each decision it looks at the story's
+next step not yet taken:
 
-:class:`Steer` turns a spec story into a run of the real code.  It is a
-scheduler strategy, like :class:`dst.explore.follow.Follow`, but it follows
-*actions*, not labels: at each decision it runs the task of the actor whose
-spec step is next, or, while that actor has no task yet, the plumbing that
-brings one (a user's send, a delivery, a timer), never another actor's task.
+* when the map says which options take that step (``choices``), and one of
+  them is enabled for the step's actor, it takes it.  One option may take
+  several steps (a call to the supplier is the request leaving, the supplier
+  taking it, and its reply, or with the ``!lose_reply`` fault, the reply lost
+  and the step timing out), so among the options that take the step it takes
+  the one whose steps go furthest along the actor's next steps in the story,
+  the calm one (no fault) on a tie.  A fault is injected only where the story
+  asks for a step only the fault takes;
+* otherwise it runs the task of the step's actor, or, while that actor has no
+  task yet or its task waits, the plumbing that brings it on (a user's send, a
+  delivery, a timer, another task that is no actor), never another actor's
+  task, a fault, or an option that would take a step the story does not ask
+  for now.
+
 A step the code takes on its own (a turn whose restore and check need only one
 choice point does both in one step) counts as taken; a step the code cannot
 take (the actor's task is blocked, by a gate the spec does not have) is a
@@ -25,9 +28,7 @@ does.  The run is an ordinary one: its trace replays with ``dst replay``.
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,90 +40,20 @@ from dst.sim.kernel import Sim
 from dst.sim.run import run_sims
 
 from .mapping import Conformance
-from .tla_values import changed_keys
-from .tlc import Outcome
+from .stories import (
+    CRASH,
+    Step,
+    code_steps,
+    code_story,
+    label_actor,
+    option_actions,
+    spec_story,
+    task_actor,
+    tell,
+)
 
-#: The code's name of an agent crash (a ``crash:`` fault option).
-CRASH = "crash"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a story: who did what, in the code's words."""
-
-    actor: str | None
-    action: str
-
-    def __str__(self) -> str:
-        return f"{self.actor} {self.action}" if self.actor else self.action
-
-
-def tell(steps: Iterable[Step]) -> str:
-    return ", ".join(str(s) for s in steps) or "(no protocol action)"
-
-
-def spec_story(conf: Conformance, outcome: Outcome) -> list[Step]:
-    """The counterexample's steps after ``Init``, in the code's vocabulary."""
-    story = []
-    states = outcome.states_seen
-    for i, action in enumerate(outcome.actions[1:], start=1):
-        keys: set[Any] = set()
-        if i < len(states):
-            for var in conf.actor_variables:
-                keys |= changed_keys(states[i - 1].get(var), states[i].get(var))
-        actor = None
-        if len(keys) == 1:
-            key = str(next(iter(keys)))
-            actor = conf.actors.get(key, key)
-        story.append(Step(actor, conf.actions.get(action, action)))
-    return story
-
-
-def _fields(rec: Sequence[Any]) -> dict[str, Any]:
-    fields = rec[5] if len(rec) > 5 else {}
-    if isinstance(fields, str):
-        try:
-            fields = json.loads(fields)
-        except ValueError:
-            return {}
-    return fields if isinstance(fields, dict) else {}
-
-
-def task_actor(task: str) -> str:
-    """``agent/turn-2`` -> ``turn-2``: the task's own name, without its process."""
-    return task.rsplit("/", 1)[-1]
-
-
-def code_step(conf: Conformance, rec: Sequence[Any]) -> Step | None:
-    """The story step a kernel record is, if it is one."""
-    kind = rec[0]
-    if kind == "fault" and rec[3] == "crash":
-        return Step(None, CRASH)
-    if kind != "event":
-        return None
-    vocabulary = set(conf.actions.values())
-    fields = _fields(rec)
-    action = fields.get("action")
-    if action not in vocabulary:
-        text = " ".join([str(rec[4]), *(f"{k}={v}" for k, v in sorted(fields.items()))])
-        action = next((name for name, pattern in conf.events.items()
-                       if re.search(pattern, text)), None)
-    if action is None:
-        return None
-    actor = task_actor(str(rec[3]))
-    return Step(actor if actor in conf.actors.values() else None, action)
-
-
-def code_story(conf: Conformance, records: Iterable[Sequence[Any]]) -> list[Step]:
-    return [s for s in (code_step(conf, r) for r in records) if s is not None]
-
-
-def label_actor(label: str) -> str | None:
-    """The task an option runs (``agent/turn-1@agent-db.get(...)`` -> ``turn-1``)."""
-    head, at, _ = label.partition("@")
-    if not at or "/" not in head or head.startswith(("deliver:", "timer")):
-        return None
-    return task_actor(head)
+__all__ = ["CRASH", "Followed", "Steer", "Step", "code_story", "follow", "label_actor",
+           "spec_story", "task_actor", "tell"]
 
 
 @dataclass
@@ -151,8 +82,7 @@ class Steer:
         assert self.sim is not None
         records = self.sim.records
         for rec in records[self._seen:]:
-            step = code_step(self.conf, rec)
-            if step is not None:
+            for step in code_steps(self.conf, rec):
                 self._match(step)
         self._seen = len(records)
 
@@ -168,29 +98,60 @@ class Steer:
     def _target(self) -> int | None:
         return next((i for i, d in enumerate(self.done) if not d), None)
 
+    def _upcoming(self, target: int) -> list[str]:
+        """The actions of the target's actor still to come, the target's first."""
+        actor = self.story[target].actor
+        return [s.action for i, s in enumerate(self.story)
+                if i >= target and not self.done[i] and s.actor == actor]
+
+    def _option(self, target: int, labels: Sequence[str]) -> int | None:
+        """The enabled option that takes the target step and goes furthest along its
+        actor's story (the calm one on a tie), if the map names options for it."""
+        want = self.story[target]
+        upcoming = self._upcoming(target)
+        best: tuple[int, bool] | None = None
+        chosen = None
+        for j, label in enumerate(labels):
+            actions = option_actions(self.conf, label)
+            if not actions or actions[0] != want.action:
+                continue
+            if want.action != CRASH and label_actor(label) != want.actor:
+                continue
+            along = 0
+            for took, asked in zip(actions, upcoming, strict=False):
+                if took != asked:
+                    break
+                along += 1
+            score = (along, not is_fault(label))
+            if best is None or score > best:
+                best, chosen = score, j
+        return chosen
+
+    def _quiet(self, label: str) -> bool:
+        """An option the steer may take on the way: no fault, and no step of a story."""
+        return not is_fault(label) and not option_actions(self.conf, label)
+
     def choose(self, step: int, labels: Sequence[str], weights: Sequence[float] | None) -> int:
         self._catch_up()
         target = self._target()
         if target is None:
             return default_index(labels, weights)
         want = self.story[target]
-        if want.action == CRASH:
-            crash = [j for j, label in enumerate(labels) if label.startswith("crash:")]
-            if crash:
-                return crash[0]
-        else:
+        chosen = self._option(target, labels)
+        if chosen is not None:
+            return chosen
+        if want.actor is not None:
             own = [j for j, label in enumerate(labels)
-                   if want.actor is not None and label_actor(label) == want.actor
-                   and not is_fault(label)]
+                   if label_actor(label) == want.actor and self._quiet(label)]
             if own:
                 return own[0]
-            actors = set(self.conf.actors.values())
-            plumbing = [j for j, label in enumerate(labels)
-                        if label_actor(label) not in actors and not is_fault(label)]
-            if plumbing:
-                sub = [labels[j] for j in plumbing]
-                w = [weights[j] for j in plumbing] if weights is not None else None
-                return plumbing[default_index(sub, w)]
+        actors = set(self.conf.actors.values())
+        plumbing = [j for j, label in enumerate(labels)
+                    if label_actor(label) not in actors and self._quiet(label)]
+        if plumbing:
+            sub = [labels[j] for j in plumbing]
+            w = [weights[j] for j in plumbing] if weights is not None else None
+            return plumbing[default_index(sub, w)]
         if not self.departures or self.departures[-1][0] != target:
             self.departures.append((target, step))
         return default_index(labels, weights)
@@ -214,6 +175,19 @@ class Followed:
         index, decision = self.steer.departures[0]
         return (f"at spec step {index + 1} ({self.steer.story[index]}) the code could not "
                 f"take it (decision {decision})")
+
+    def unfinished(self) -> str | None:
+        """Why the story's steps were not all taken, when they were not."""
+        departed = self.departure()
+        if departed is not None:
+            return departed
+        index = self.steer._target()
+        if index is None:
+            return None
+        at = f"spec step {index + 1} ({self.steer.story[index]})"
+        if self.result.violated:
+            return f"the run stopped at {', '.join(self.result.violated)} before {at}"
+        return f"the run ended ({self.result.ended}) before {at}"
 
 
 def follow(conf: Conformance, scenario: Scenario, config: dict[str, Any], plan: FaultPlan,
