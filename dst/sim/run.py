@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 import trio
 from trio.abc import Instrument
 
+from . import trio_internals
 from .clock import VirtualClock
 from .guard import Guard
 from .kernel import ACTIVE, Sim
@@ -81,6 +82,7 @@ def run_sims(
         # Installed inside the run: trio's own start-up opens a socket pair.
         if guarded:
             traps.install()
+        trio_internals.fast_instruments()
         loop = batches[0]
         # Everything alive now (modules, the scenario, trio's runner) lives for the
         # whole batch: kept out of the collections between seeds, which then look

@@ -161,6 +161,40 @@ wake: Callable[[trio.lowlevel.Task], None] = (
     _wake if park is _park else trio.lowlevel.reschedule)
 
 
+_Instruments: Any = getattr(getattr(getattr(trio, "_core", None), "_instrumentation", None),
+                           "Instruments", None)
+
+
+class _DictInstruments(dict):  # type: ignore[type-arg]
+    """trio's table of instruments by hook, as a plain ``dict``.
+
+    trio asks ``"before_task_step" in runner.instruments`` (and the same of
+    three other hooks) on every pass of its loop and every task step; its
+    table is a ``UserDict``, so each of those questions is a Python call.
+    This table holds the same entries and answers in C; ``add_instrument``,
+    ``remove_instrument`` and ``call`` are trio's own, reading ``data``.
+    """
+
+    __slots__ = ()
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self
+
+    if _Instruments is not None:
+        add_instrument = _Instruments.add_instrument
+        remove_instrument = _Instruments.remove_instrument
+        call = _Instruments.call
+
+
+def fast_instruments() -> None:
+    """Give the running trio's runner a :class:`_DictInstruments` with its instruments."""
+    runner = RUN_CONTEXT.runner
+    table = runner.instruments
+    if _Instruments is not None and type(table) is _Instruments:
+        runner.instruments = _DictInstruments(table.data)
+
+
 def hold(task: trio.lowlevel.Task) -> bool:
     """Take ``task``, just rescheduled, back out of trio's run queue (True if it was there)."""
     runq = _runq()
