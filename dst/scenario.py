@@ -11,6 +11,7 @@ invariants (checked after every step) and end-of-run properties.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -316,4 +317,6 @@ class Scenario:
 
 
 def _bind(fn: Check, world: Any) -> Callable[[], object]:
-    return lambda: fn(world)
+    # A partial, not a lambda: it is called after every step, and a partial's
+    # call adds no Python frame of its own.
+    return functools.partial(fn, world)

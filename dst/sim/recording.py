@@ -90,7 +90,7 @@ class Recording(SimState):
         return label
 
 
-_IMMUTABLE = (int, str, float, bool, type(None))
+_IMMUTABLE = frozenset((int, str, float, bool, type(None)))
 
 
 def canonical_fields(fields: dict[str, Any]) -> Any:
