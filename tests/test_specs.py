@@ -116,6 +116,39 @@ def test_each_checked_in_cfg_runs_as_it_is_and_holds(tlc: Tlc) -> None:
         assert outcome.verdict == "holds", spec.name
 
 
+def test_every_row_has_a_checked_in_cfg_that_is_what_the_generator_writes() -> None:
+    result = CliRunner().invoke(main, ["specs", "cfgs", "--check"])
+    assert result.exit_code == 0, result.output
+    for spec in (APPROVAL, REPLENISH):
+        assert len(list((SPECS_DIR / f"{spec.name}.rows").glob("*.cfg"))) == len(rows(spec))
+
+
+def test_a_stale_row_cfg_is_found_and_rewritten(tmp_path: Path) -> None:
+    for spec in (APPROVAL, REPLENISH):
+        for suffix in (".tla", ".cfg", ".map.json"):
+            source = SPECS_DIR / f"{spec.name}{suffix}"
+            (tmp_path / source.name).write_text(source.read_text())
+    cfgs = ["specs", "cfgs", "--dir", str(tmp_path)]
+    assert CliRunner().invoke(main, [*cfgs, "--check"]).exit_code == 1
+    assert CliRunner().invoke(main, cfgs).exit_code == 0
+    row = tmp_path / "approval.rows" / "after-false-false-false.cfg"
+    assert 'SpendMode = "after"' in row.read_text()
+    row.write_text(row.read_text() + "\\* edited by hand\n")
+    checked = CliRunner().invoke(main, [*cfgs, "--check"])
+    assert checked.exit_code == 1 and "after-false-false-false.cfg" in checked.output
+
+
+def test_a_row_cfg_run_by_hand_gives_that_row_s_verdict(tlc: Tlc) -> None:
+    """Spend-after breaks NoResurrection in 4 states; CAS holds: plain TLC on the files."""
+    folder = SPECS_DIR / "approval.rows"
+    broken = tlc_module.run(tlc, APPROVAL.tla, (folder / "after-false-false-false.cfg")
+                            .read_text(), "NoResurrection")  # the one TLC breaks first
+    assert broken.verdict == "violated" and broken.states == 4
+    fine = tlc_module.run(tlc, APPROVAL.tla, (folder / "cas-true-false-false.cfg").read_text(),
+                          "every invariant")
+    assert fine.verdict == "holds"
+
+
 # -- the replenisher's order -------------------------------------------------------------
 
 

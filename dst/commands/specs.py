@@ -11,6 +11,7 @@ install), 4 when a spec or TLC itself is broken.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import click
 
 from dst.errors import DstError, UsageError
 from dst.specs import RowResult, Spec, check, find, locate
-from dst.specs.catalog import SPECS_DIR, check_invariants, parse_value, rows, shown
+from dst.specs.catalog import SPECS_DIR, check_invariants, parse_value, row_files, rows, shown
 
 
 class _BadInput(click.ClickException):
@@ -170,3 +171,56 @@ def check_command(spec_ref: str | None, settings: tuple[str, ...], invariants: t
                        + (f", TLC {version})" if version else ")"))
     if as_json:
         click.echo(json.dumps({"specs": docs}, indent=2))
+
+
+@command.command("cfgs")
+@click.argument("spec_ref", metavar="[SPEC]", required=False)
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=SPECS_DIR, show_default=False,
+              help="Where the specs are (default: this checkout's specs/).")
+@click.option("--check", "only_check", is_flag=True,
+              help="Write nothing; exit 1 if a row's file is missing or differs.")
+def cfgs_command(spec_ref: str | None, directory: Path, only_check: bool) -> None:
+    """Write one TLC configuration per row of SPEC (default: every spec).
+
+    Each row of the switch cross product gets its own file, every invariant
+    in it, under NAME.rows/ beside the spec, so that any row runs by hand:
+
+    \b
+      java -cp tla2tools.jar tlc2.TLC -deadlock \\
+          -config specs/approval.rows/after-false-false-false.cfg specs/approval.tla
+
+    The files are generated from NAME.cfg and the map: --check says whether
+    the checked-in ones are still what they would be.
+    """
+    try:
+        specs = find(spec_ref, directory)
+    except DstError as err:
+        raise _failed(err) from None
+    stale: list[str] = []
+    for spec in specs:
+        before = len(stale)
+        folder = directory / f"{spec.name}.rows"
+        files = row_files(spec)
+        for name, text in files.items():
+            path = folder / name
+            if path.is_file() and path.read_text(encoding="utf-8") == text:
+                continue
+            stale.append(str(path))
+            if not only_check:
+                folder.mkdir(exist_ok=True)
+                path.write_text(text, encoding="utf-8")
+        extra = sorted(p for p in folder.glob("*.cfg") if p.name not in files) \
+            if folder.is_dir() else []
+        for path in extra:
+            stale.append(f"{path} (no such row)")
+            if not only_check:
+                path.unlink()
+        if not only_check:
+            click.echo(f"{spec.name}: {len(files)} row files in {folder}"
+                       + (f" ({len(stale) - before} written or removed)" if len(stale) > before
+                          else " (up to date)"))
+    if only_check and stale:
+        click.echo(f"{len(stale)} row files are stale, first {stale[0]}: run dst specs cfgs",
+                   err=True)
+        sys.exit(1)

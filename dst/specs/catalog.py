@@ -153,9 +153,9 @@ def rows(spec: Spec, fixed: Mapping[str, Value] | None = None) -> list[dict[str,
     return [row for row in every if all(row[k] == v for k, v in want.items())]
 
 
-def row_cfg(spec: Spec, row: Mapping[str, Value], invariant: str,
+def row_cfg(spec: Spec, row: Mapping[str, Value], invariant: str | Sequence[str],
             template: str | None = None) -> str:
-    """The template with ``row``'s constants and ``invariant`` as its only invariant."""
+    """The template with ``row``'s constants and ``invariant`` (or each of several)."""
     text = spec.cfg.read_text(encoding="utf-8") if template is None else template
     lines = text.splitlines()
     for name, value in row.items():
@@ -174,8 +174,25 @@ def row_cfg(spec: Spec, row: Mapping[str, Value], invariant: str,
         if not skipping:
             kept.append(line)
     setting = ", ".join(f"{k} = {tla(v)}" for k, v in row.items())
-    head = f"\\* {spec.cfg.name} for {setting}; invariant {invariant} (dst specs check)"
-    return "\n".join([head, *kept, f"INVARIANT {invariant}", ""])
+    if isinstance(invariant, str):
+        head = f"\\* {spec.cfg.name} for {setting}; invariant {invariant} (dst specs check)"
+        return "\n".join([head, *kept, f"INVARIANT {invariant}", ""])
+    while kept and kept[0].startswith("\\*"):
+        del kept[0]  # the template's own comment speaks of the template
+    head = [f"\\* {spec.name}.tla, one row of the switch cross product: {setting}.",
+            f"\\* Written from {spec.cfg.name} by `dst specs cfgs`; by hand:",
+            f"\\* java -cp tla2tools.jar tlc2.TLC -deadlock -config THIS_FILE {spec.name}.tla"]
+    return "\n".join([*head, *kept, "INVARIANTS", *(f"    {i}" for i in invariant), ""])
+
+
+def row_files(spec: Spec) -> dict[str, str]:
+    """One TLC configuration per row, every invariant in it, by file name.
+
+    ``approval.rows/after-false-false-false.cfg``: the values in the map's order,
+    lower case, so that a reader can run any row by hand.
+    """
+    return {f"{'-'.join(shown(v).lower() for v in row.values())}.cfg":
+            row_cfg(spec, row, spec.invariants) for row in rows(spec)}
 
 
 def check_invariants(spec: Spec, wanted: Sequence[str]) -> tuple[str, ...]:
