@@ -179,10 +179,10 @@ def row_cfg(spec: Spec, row: Mapping[str, Value], invariant: str | Sequence[str]
         return "\n".join([head, *kept, f"INVARIANT {invariant}", ""])
     while kept and kept[0].startswith("\\*"):
         del kept[0]  # the template's own comment speaks of the template
-    head = [f"\\* {spec.name}.tla, one row of the switch cross product: {setting}.",
+    lines = [f"\\* {spec.name}.tla, one row of the switch cross product: {setting}.",
             f"\\* Written from {spec.cfg.name} by `dst specs cfgs`; by hand:",
             f"\\* java -cp tla2tools.jar tlc2.TLC -deadlock -config THIS_FILE {spec.name}.tla"]
-    return "\n".join([*head, *kept, "INVARIANTS", *(f"    {i}" for i in invariant), ""])
+    return "\n".join([*lines, *kept, "INVARIANTS", *(f"    {i}" for i in invariant), ""])
 
 
 def row_files(spec: Spec) -> dict[str, str]:
