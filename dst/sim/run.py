@@ -84,10 +84,6 @@ def run_sims(
             traps.install()
         trio_internals.fast_instruments()
         loop = batches[0]
-        # Everything alive now (modules, the scenario, trio's runner) lives for the
-        # whole batch: kept out of the collections between seeds, which then look
-        # at what the seeds themselves allocated.
-        gc.freeze()
         try:
             first = True
             for sim, setup in jobs:
@@ -111,6 +107,5 @@ def run_sims(
             trio.run(main, clock=clock, instruments=[_KernelHooks()])
     finally:
         traps.restore()
-        gc.unfreeze()
         if collecting:
             gc.enable()
