@@ -248,12 +248,18 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
             label = self._label_task(task, proc)
         parked = self._parked
         parked[task] = f"{label}@{op}"
+        msg = self._waiting.get(task)
+        if msg is not None:
+            return trio_internals.park_as(msg)
 
         def abort(_: object) -> ll.Abort:
             parked.pop(task, None)
             return ll.Abort.SUCCEEDED
 
-        return trio_internals.park(abort)
+        if not trio_internals.PARK_AS:
+            return trio_internals.park(abort)
+        msg = self._waiting[task] = trio_internals.waiting(abort)
+        return trio_internals.park_as(msg)
 
     async def call_service(self, proc: Incarnation, service: str, op: str) -> str | None:
         """Park at a service call; the fault the strategy chose for it, if any."""
@@ -291,6 +297,7 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
         if inc is not None:
             inc.tasks.discard(task)
         self._doomed.discard(task)
+        self._waiting.pop(task, None)
 
     # -- the scheduler --------------------------------------------------------
 

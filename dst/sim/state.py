@@ -73,6 +73,9 @@ class SimState:
         self._invariants: list[tuple[str, Invariant]] = []
         self._end_checks: list[tuple[str, Invariant]] = []
         self._parked: dict[ll.Task, str] = {}
+        #: Each task's parking message (``trio_internals.waiting``), made on its first
+        #: choice point and yielded again at every later one.
+        self._waiting: dict[ll.Task, Any] = {}
         self._task_labels: dict[ll.Task, str] = {}
         self._label_owner: dict[str, ll.Task] = {}
         self._clock: VirtualClock | None = None

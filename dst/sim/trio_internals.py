@@ -127,6 +127,30 @@ def _park(abort: Callable[[Any], trio.lowlevel.Abort]) -> Generator[Any, Any, An
     return sent.unwrap()
 
 
+def waiting(abort: Callable[[Any], trio.lowlevel.Abort]) -> Any:
+    """The message a task parked with ``abort`` yields to trio's loop (see :func:`park_as`).
+
+    trio reads it (its abort function) and keeps no reference to it, so a task
+    that parks again and again may yield the same one each time.
+    """
+    msg = object.__new__(_WaitTaskRescheduled)
+    object.__setattr__(msg, "abort_func", abort)
+    return msg
+
+
+@types.coroutine
+def park_as(msg: Any) -> Generator[Any, Any, Any]:
+    """:data:`park` with the message made beforehand by :func:`waiting`."""
+    sent = yield msg
+    if type(sent) is outcome.Value:
+        return sent.value
+    return sent.unwrap()
+
+
+#: Whether :func:`waiting` and :func:`park_as` may be used (trio has the message class).
+PARK_AS = _WaitTaskRescheduled is not None
+
+
 #: ``trio.lowlevel.wait_task_rescheduled(abort)``, in one frame instead of four.
 #: trio's own is a coroutine around a generator that yields a
 #: ``WaitTaskRescheduled`` (an attrs class with a generated ``__init__``), and
