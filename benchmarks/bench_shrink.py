@@ -14,21 +14,30 @@ check, spend, effect, record; ``dst.verdict_table``), the shortest and longest
 over those seeds, beside the shortest any random seed of ``--seeds`` reached,
 and the slowest shrink.
 
-Run: ``.venv/bin/python benchmarks/bench_shrink.py [--budget 5] [--failures 20]
-[--seeds 1000] [--json]``.
+Part 3, the shipped failing traces (the pinned ones in ``traces/`` and the
+regressions in ``traces/regressions/``): each is shrunk as ``dst shrink`` shrinks
+it, and its story (in decisions) is set beside the shortest run that broke the
+same invariant first among ``--seeds`` random-walk seeds of the same scenario,
+config and fault plan (the runs ``dst run`` makes).
+
+Run: ``.venv/bin/python benchmarks/bench_shrink.py [--part planted|designs|shipped|all]
+[--budget 5] [--failures 20] [--seeds 1000] [--json]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from dst.explore.shrink import ShrinkResult, shrink
 from dst.registry import all_scenarios, load
-from dst.runner.single import RunResult, run_seeds
+from dst.runner.single import RunResult, plan_from_dict, run_seeds
 from dst.scenario import Scenario
+from dst.trace.codec import read_trace
 from dst.trace.model import Trace
 from dst.verdict_table import ACTIONS, only
 
@@ -114,17 +123,90 @@ def _span(values: list[int]) -> str:
     return f"{min(values)}..{max(values)}"
 
 
+TRACES = Path(__file__).resolve().parent.parent / "traces"
+
+
+def shipped_traces() -> list[Path]:
+    """Every failing trace the repository ships: the pinned corpus and the regressions."""
+    paths = sorted(TRACES.glob("*.jsonl")) + sorted((TRACES / "regressions").glob("*.jsonl"))
+    return [p for p in paths if read_trace(p).footer.get("verdict") == "fail"]
+
+
+def random_shortest(scenario: Scenario, trace: Trace, invariant: str,
+                    seeds: int) -> dict[str, Any]:
+    """The shortest run (in decisions) breaking ``invariant`` first among random-walk seeds
+    ``0..seeds-1``, under the config and fault plan ``trace`` ran with."""
+    config = scenario.checked_config(trace.header["config"])
+    plan = scenario.fault_plan(config)
+    recorded = trace.header.get("faults")
+    if isinstance(recorded, dict) and recorded != plan.as_dict():
+        plan = plan_from_dict(recorded)
+    best: list[RunResult] = []
+    breaking = [0]
+
+    def keep(r: RunResult) -> None:
+        if r.violated and r.violated[0] == invariant:
+            breaking[0] += 1
+            if not best or r.steps < best[0].steps:
+                best[:] = [r]
+
+    began = time.perf_counter()
+    run_seeds(scenario, config, range(seeds), keep, faults=plan)
+    return {"seeds": seeds, "breaking": breaking[0],
+            "shortest": best[0].steps if best else None,
+            "shortest_seed": best[0].seed if best else None,
+            "seconds": round(time.perf_counter() - began, 1)}
+
+
+def shipped(budget: float, seeds: int) -> list[dict[str, Any]]:
+    rows = []
+    for path in shipped_traces():
+        trace = read_trace(path)
+        scenario = load(trace.header["scenario"])
+        res = shrink(scenario, trace, budget=budget, shown=str(path))
+        rand = random_shortest(scenario, trace, res.invariant, seeds)
+        rows.append({"trace": str(path.relative_to(TRACES.parent)),
+                     "scenario": scenario.name, "invariant": res.invariant,
+                     "steps": res.before.steps, "shrunk": res.after.steps,
+                     "lines_left": res.after.lines, "shrink_seconds": round(res.seconds, 2),
+                     "stopped": res.stopped, "random": rand,
+                     "ok": rand["shortest"] is None or res.after.steps <= rand["shortest"]})
+    return rows
+
+
+def print_shipped(rows: list[dict[str, Any]]) -> None:
+    print(f"{'shipped trace':<56} {'invariant':<20} {'steps':>12} {'shrink s':>8} "
+          f"{'random shortest (seed, of N)':>30}  ok")
+    for r in rows:
+        rand = r["random"]
+        best = ("none" if rand["shortest"] is None else
+                f"{rand['shortest']} (seed {rand['shortest_seed']}, "
+                f"{rand['breaking']} of {rand['seeds']})")
+        print(f"{r['trace']:<56} {r['invariant']:<20} {r['steps']:>5} -> {r['shrunk']:<4} "
+              f"{r['shrink_seconds']:>8.2f} {best:>30}  {'yes' if r['ok'] else 'NO'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--part", choices=["planted", "designs", "shipped", "all"],
+                        default="all")
     parser.add_argument("--budget", type=float, default=5.0)
     parser.add_argument("--failures", type=int, default=20)
-    parser.add_argument("--seeds", type=int, default=1000)
+    parser.add_argument("--seeds", type=int, default=1000,
+                        help="random seeds each design (part 2) or shipped trace (part 3) "
+                             "is set beside")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    bugs = planted(args.budget)
-    table = designs(args.budget, args.failures, args.seeds)
+    if args.part == "shipped":
+        rows = shipped(args.budget, args.seeds)
+        print(json.dumps(rows, indent=2)) if args.json else print_shipped(rows)
+        return
+    bugs = planted(args.budget) if args.part in ("planted", "all") else []
+    table = designs(args.budget, args.failures, args.seeds) \
+        if args.part in ("designs", "all") else []
+    ships = shipped(args.budget, args.seeds) if args.part == "all" else []
     if args.json:
-        print(json.dumps({"planted": bugs, "designs": table}, indent=2))
+        print(json.dumps({"planted": bugs, "designs": table, "shipped": ships}, indent=2))
         return
     print(f"{'scenario':<22} {'planted bug':<44} {'seed':>4} {'steps':>12} "
           f"{'faults':>7} {'story lines':>12} {'seconds':>7}  stopped")
@@ -143,6 +225,9 @@ def main() -> None:
         print(f"{d['design']:<32} {d['target']:>6} {d['random_shortest']:>11} "
               f"{d['actions_min']:>7}..{d['actions_max']:<7} {d['steps']:>18} "
               f"{d['seconds_max']:>6.2f} {d['seconds_mean']:>6.2f}")
+    if ships:
+        print()
+        print_shipped(ships)
 
 
 if __name__ == "__main__":

@@ -123,6 +123,26 @@ def test_faults_that_do_not_matter_are_dropped() -> None:
     assert res.before.faults > 0 and res.after.faults == 0
 
 
+def test_a_shorter_story_of_another_shape_among_random_walks_wins(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retry after a timeout cannot be shrunk into the duplicated request that double
+    applies one step sooner (no deletion turns the one into the other); a random walk
+    with a duplicate, shrunk within its shape, gives the shorter story."""
+    scenario = load("ping")
+    runs: list[RunResult] = []
+    run_seeds(scenario, scenario.config({"dedup": "false"}), range(50), runs.append)
+    calm = next(r for r in runs if r.verdict == "fail"
+                and not any(is_fault(e[c]) for e, c in r.trace().decisions))
+    monkeypatch.setattr("dst.explore.shrink.RESTARTS", 0)
+    alone = shrink(scenario, calm.trace(), budget=60)
+    assert alone.stopped == "fixpoint" and alone.after.faults == 0
+    monkeypatch.undo()
+    res = shrink(scenario, calm.trace(), budget=60)
+    assert res.stopped == "fixpoint" and res.after.steps < alone.after.steps
+    assert any(e[c].startswith("dup:") for e, c in res.trace.decisions)
+    assert res.trace.violated == calm.violated
+
+
 def test_a_run_budget_returns_the_best_found_so_far(tmp_path: Path) -> None:
     trace = read_trace(counter_trace(tmp_path))
     res = shrink(load("counter"), trace, max_runs=1)  # only the check that it reproduces

@@ -15,10 +15,13 @@ nondeterministic, not explored wrongly).
 Depth-first search with **sleep sets** (Godefroid) skips schedules that differ
 from explored ones only in the order of independent options
 (:mod:`dst.explore.independence`, which weighs each option's label and the
-*footprint* of its step, :mod:`dst.explore.footprint`).  Sleep sets alone visit
-every reachable state and never run two schedules that are reorderings of each
-other to the end; a run whose every enabled option is asleep stops there
-(*sleep-blocked*).  Reduction applies only at decisions taken at rest with no
+*footprint* of its step, :mod:`dst.explore.footprint`; two tasks of one
+process also by what each can reach, :mod:`dst.explore.views`).  Sleep sets
+alone visit every reachable state and never run two schedules that are
+reorderings of each other to the end; a run whose every enabled option is
+asleep stops there (*sleep-blocked*).  Which option is tried first is learnt
+as the search goes (:mod:`dst.explore.ordering`): it changes how many runs the
+search takes, not what it finds.  Reduction applies only at decisions taken at rest with no
 preemption left: while the preemption budget lasts every option can spend it,
 and a data choice or a decision taken while a task still runs happens inside
 some option's code, so those decisions explore every option and pass on an
@@ -51,6 +54,7 @@ a proof at all.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -68,10 +72,12 @@ from ..sim.run import run_sims
 from ..sim.strategy import Replay
 from ..trace.model import Trace
 from .findings import BUILT_IN, Bounds, Exploration, Violation, fault_plan
-from .footprint import FOREIGN, ClockTap, Footprint, StepWatch
+from .footprint import FOREIGN, ClockTap, Footprint, StepWatch, watch_stores
 from .independence import Independence
-from .memory import Unreadable
+from .memory import Reads, Unreadable
+from .ordering import Ordering
 from .states import process_memory, shared_objects, state_key
+from .views import commute_in_process, sharing, views, views_after
 
 __all__ = ["BUILT_IN", "Bounds", "Exploration", "Violation", "explore", "fault_plan", "record",
            "replays"]
@@ -110,6 +116,14 @@ class _Node:
     best: dict[str, tuple[Decisions, str]] = field(default_factory=dict)
     #: Digest of each process's memory in this node's state (state caching only).
     memory: dict[str, bytes] | None = None
+    #: The order in which its options are tried (indices into ``labels``).
+    order: tuple[int, ...] = ()
+    #: The tasks of each process with options of two or more of its tasks here, and
+    #: their views in this state (:mod:`dst.explore.views`; state caching only).
+    groups: dict[str, list[str]] | None = None
+    views: dict[str, bytes] | None = None
+    #: Option taken -> the views of the other tasks of its group in the state it led to.
+    after: dict[int, dict[str, bytes]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,17 +151,16 @@ class _Run:
         #: Why this run was ended early by the search (``cut``, ``sleep``, ``state``,
         #: ``violation``).
         self.stop: str | None = None
+        #: The stores the watch sees (a store made during the run is watched from then on).
+        self.stores = 0
         self.watch = search.watch
-        self.independence = Independence(lambda: self._sim().processes,
-                                         lambda: self._sim().stores)
-
-    def _sim(self) -> Sim:
-        assert self.sim is not None
-        return self.sim
+        self.independence = search.independence
 
     def build(self, sim: Sim) -> None:
-        self.search.watching(self.watch)
+        self.search.watching(self, sim)
         self.world = self.scenario.build(sim, self.config)
+        watch_stores(sim.stores.values(), self.watch)
+        self.stores = len(sim.stores)
 
     def choose(self, step: int, labels: Sequence[str], weights: Sequence[float] | None) -> int:
         return self.search.choose(self, step, tuple(labels))
@@ -163,6 +176,7 @@ def _at_rest() -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=4096)
 def _owner(label: str) -> str | None:
     """Whose step a chosen option is, for counting each task's steps."""
     if label.startswith("deliver:"):
@@ -198,16 +212,36 @@ class _Search:
         self.explored: dict[bytes, list[_Explored]] = {}
         self.seen: set[bytes] = set()
         self.diverged: str | None = None
-        #: One watch for every run of the search, installed in the first.
+        #: One watch for every run of the search.
         self.watch = StepWatch()
         self.tap = ClockTap()
+        self.sim: Sim | None = None
+        #: One relation for every run (it keeps what it learnt of each label).
+        self.independence = Independence(lambda: self._sim().processes,
+                                         lambda: self._sim().stores)
+        self.ordering = Ordering()
+        #: What was read of the state the search is in (see :data:`dst.explore.memory.Reads`).
+        self.reads: Reads = {}
 
-    def watching(self, watch: StepWatch) -> None:
-        """Inside a run: make sure ``watch`` sees its steps and the clock's reads."""
-        if self.tap.watch is None:
-            ll.add_instrument(watch)
-            self.tap.watch = watch
+    def _sim(self) -> Sim:
+        assert self.sim is not None
+        return self.sim
+
+    def watching(self, run: _Run, sim: Sim) -> None:
+        """Inside a run: make sure the watch sees its new steps and the clock's reads.
+
+        A run first replays the search's path, whose footprints are known: the
+        watch is installed only from the last decision of that path on.
+        """
+        self.sim = sim
+        watch = self.watch
+        watch.labels = sim._task_labels
+        self.tap.watch = watch
         self.tap.install(ll.current_clock())
+        if self.stack:
+            watch.uninstall()
+        else:
+            watch.install()
         watch.take()  # what ran before the run's first step is no step
 
     # -- inside a run -------------------------------------------------------
@@ -225,14 +259,24 @@ class _Search:
     def choose(self, run: _Run, step: int, labels: tuple[str, ...]) -> int:
         stack = self.stack
         rest = _at_rest()
+        watch = run.watch
+        sim = run.sim
+        assert sim is not None
+        if len(sim.stores) != run.stores:
+            # A store made by the step just taken: what that step did with it went unseen.
+            watch_stores(sim.stores.values(), watch)
+            run.stores = len(sim.stores)
+            watch.taint()
         # The step just taken ends here; one that made a data choice, or is decided
         # while a task runs, is no single transition.
-        fp = run.watch.take() if rest else FOREIGN
+        fp = watch.take() if rest else FOREIGN
         if not rest:
-            run.watch.taint()
+            watch.taint()
         if 2 <= step <= len(stack) + 1:
             prev = stack[step - 2]
-            prev.prints.setdefault(prev.chosen, fp)
+            if prev.chosen not in prev.prints:
+                # (A step replayed unwatched had its footprint taken when it was new.)
+                prev.prints[prev.chosen] = fp if watch.installed else FOREIGN
         if step <= len(stack):
             # A state an earlier run checked already (checks only read the world).
             node = stack[step - 1]
@@ -240,7 +284,19 @@ class _Search:
                 self.diverged = (f"step {step}: expected [{', '.join(node.labels)}], "
                                  f"got [{', '.join(labels)}]")
                 raise _Stop("diverged")
+            if step == len(stack):
+                watch.install()  # the next step is new: watch it
             return node.chosen
+        # What is read of this state (for its key and the tasks' views), read once.
+        self.reads = {}
+        if stack:
+            parent = stack[-1]
+            self.ordering.learn(parent.labels[parent.chosen], parent.labels, labels)
+            if parent.groups is not None and rest:
+                left = views_after(self.independence, parent.groups,
+                                   parent.labels[parent.chosen], sim, self.reads)
+                if left is not None:
+                    parent.after[parent.chosen] = left
         # The kernel checks invariants exactly here: at rest, before each decision.
         broken = self._check(run) if rest and self.invariants else []
         result = self.result
@@ -258,8 +314,6 @@ class _Search:
                 node.cut = True
             run.stop = "cut"
             raise _Stop("cut")
-        sim = run.sim
-        assert sim is not None
         # A state at rest with no preemption left: its options are the ordinary ones,
         # and whatever is taken, the next state depends on the state and that option.
         settled = rest and sim.preemptions_left <= 0
@@ -271,10 +325,13 @@ class _Search:
             candidates = dict(parent.sleep)
             for i in parent.done:
                 candidates[parent.labels[i]] = parent.prints.get(i)
-            independent = run.independence.independent
+            independent = self.independence.independent
             enabled = set(labels)
             for x, fx in candidates.items():
-                if x in enabled and independent(x, taken, fx, fp):
+                if x in enabled and (independent(x, taken, fx, fp) or (
+                        parent.views is not None and commute_in_process(
+                            self.independence, parent.labels, parent.chosen, parent.views,
+                            parent.after, x, fx, fp))):
                     sleep[x] = fx
         key = None
         memory = None
@@ -289,12 +346,20 @@ class _Search:
                         self._reuse(seen)
                         run.stop = "state"
                         raise _Stop("state")
-        first = next((i for i, label in enumerate(labels) if label not in sleep), None)
+        order = self.ordering.order(labels)
+        first = next((i for i in order if labels[i] not in sleep), None)
         if first is None:
             run.stop = "sleep"
             raise _Stop("sleep")
-        stack.append(_Node(labels, reducible, sleep, first, step, key if settled else None,
-                           broken=before, memory=memory))
+        node = _Node(labels, reducible, sleep, first, step, key if settled else None,
+                     broken=before, memory=memory, order=order)
+        if reducible and self.memory:
+            groups = sharing(self.independence, labels, sleep)
+            if groups:
+                node.groups = groups
+                node.views = views(sim, [t for tasks in groups.values() for t in tasks],
+                                   self.reads)
+        stack.append(node)
         return first
 
     def _key(self, run: _Run, sim: Sim, labels: tuple[str, ...],
@@ -317,9 +382,10 @@ class _Search:
         changed = None if fp.foreign else fp.procs
         try:
             value = self.fingerprint(run.world)
-            memory = process_memory(sim, changed, known, shared_objects(value))
+            memory = process_memory(sim, changed, known, shared_objects(value), self.reads)
             return state_key(sim, run.world, self.fingerprint, labels, result.scenario,
-                             processes=memory, steps=steps, value=value), memory
+                             processes=memory, steps=steps, value=value,
+                             reads=self.reads), memory
         except Unreadable as exc:
             # Not a state this search can recognise again: explore on without
             # caching or counting states (slower, never wrong).
@@ -403,8 +469,8 @@ class _Search:
         while stack:
             node = stack[-1]
             node.done.add(node.chosen)
-            for i, label in enumerate(node.labels):
-                if i not in node.done and label not in node.sleep:
+            for i in node.order:
+                if i not in node.done and node.labels[i] not in node.sleep:
                     node.chosen = i
                     return
             stack.pop()

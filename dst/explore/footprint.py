@@ -17,21 +17,62 @@ what might:
 * ``foreign``: a task that belongs to no process ran (a kernel task), or the
   step made a data choice or was decided while a task still ran: the step is
   not one atomic transition, and it is dependent with everything.
+* ``tasks``: the labels of the tasks that took a step, and ``spawned``: a task
+  was started.  Two steps of one process commute only if each ran its own
+  task's code alone and started none (:mod:`dst.explore.views`).
+* ``stores``: every key of a durable store the step's code touched, the
+  option's own operation included, and whether it wrote it.  A task performs
+  its store operation itself when it is resumed; code may also read a store
+  without a choice point (an observer the scenario hands the runtime, peeking
+  at it), and such a read depends on every write to that key.
 
 The clock is watched by replacing ``current_time`` on the run's clock object
 for the length of the search; reads outside a task (trio's own loop, the
-kernel) are not the code under test observing time and are not counted.
+kernel) are not the code under test observing time and are not counted.  The
+stores are watched by wrapping each run's stores' methods (:func:`watch_stores`);
+calls outside a task (the kernel, the checks) are not counted either.
+
+The watch is an instrument, so trio calls it at every task step; the explorer
+installs it only from the first step whose footprint it does not know yet (a
+run first replays the search's path, whose footprints it took before).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 import trio.lowlevel as ll
 
 from ..sim.process import _CURRENT
+
+
+class Touch(NamedTuple):
+    """A key of a store that a step's code touched (``prefix``: every key under it)."""
+
+    store: str
+    key: str
+    write: bool
+    prefix: bool = False
+
+
+def _overlap(a: Touch, b: Touch) -> bool:
+    if a.prefix:
+        return b.key.startswith(a.key) or (b.prefix and a.key.startswith(b.key))
+    if b.prefix:
+        return a.key.startswith(b.key)
+    return a.key == b.key
+
+
+def conflict(a: Iterable[Touch], b: Iterable[Touch]) -> bool:
+    """Whether two steps touched a key of one store, one of them writing it."""
+    for x in a:
+        for y in b:
+            if x.store == y.store and (x.write or y.write) and _overlap(x, y):
+                return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +82,9 @@ class Footprint:
     procs: frozenset[str] = frozenset()
     clock: bool = False
     foreign: bool = False
+    tasks: frozenset[str] = frozenset()
+    spawned: bool = False
+    stores: frozenset[Touch] = frozenset()
 
 
 #: The footprint of a step that is dependent with everything.
@@ -53,8 +97,31 @@ class StepWatch(trio.abc.Instrument):
     def __init__(self) -> None:
         self.current: ll.Task | None = None
         self._procs: set[str] = set()
+        self._tasks: set[str] = set()
+        self._stores: set[Touch] = set()
         self._clock = False
         self._foreign = False
+        self._spawned = False
+        #: The run's task labels (the kernel's), to name the tasks that step.
+        self.labels: dict[ll.Task, str] = {}
+        #: Whether trio calls the watch now (see ``install``).
+        self.installed = False
+
+    def __dir__(self) -> list[str]:
+        # What trio looks the hooks up in, each time the watch is installed.
+        return ["after_task_step", "before_task_step", "task_spawned"]
+
+    def install(self) -> None:
+        """Have trio call the watch at every task step from now on."""
+        if not self.installed:
+            ll.add_instrument(self)
+            self.installed = True
+
+    def uninstall(self) -> None:
+        if self.installed:
+            ll.remove_instrument(self)
+            self.installed = False
+            self.current = None
 
     def before_task_step(self, task: ll.Task) -> None:
         self.current = task
@@ -63,9 +130,18 @@ class StepWatch(trio.abc.Instrument):
             self._foreign = True
         else:
             self._procs.add(inc.process.name)
+            self._tasks.add(self.labels.get(task, ""))
 
     def after_task_step(self, task: ll.Task) -> None:
         self.current = None
+
+    def task_spawned(self, task: ll.Task) -> None:
+        self._spawned = True
+
+    def touch(self, store: str, key: str, write: bool, prefix: bool = False) -> None:
+        """A task's code called a store (see :func:`watch_stores`)."""
+        if self.current is not None:
+            self._stores.add(Touch(store, key, write, prefix))
 
     def taint(self) -> None:
         """The step is not atomic (a data choice, a decision taken while a task ran)."""
@@ -73,15 +149,61 @@ class StepWatch(trio.abc.Instrument):
 
     def take(self) -> Footprint:
         """The footprint since the last ``take``, and start the next."""
-        fp = (FOREIGN if self._foreign
-              else Footprint(frozenset(self._procs), self._clock) if self._procs or self._clock
-              else _EMPTY)
-        self._procs = set()
-        self._clock = self._foreign = False
+        if self._foreign:
+            fp = FOREIGN
+        elif self._procs or self._clock or self._spawned or self._stores:
+            fp = Footprint(frozenset(self._procs), self._clock, False, frozenset(self._tasks),
+                           self._spawned, frozenset(self._stores))
+        else:
+            fp = _EMPTY
+        if self._procs:
+            self._procs = set()
+            self._tasks = set()
+        if self._stores:
+            self._stores = set()
+        self._clock = self._foreign = self._spawned = False
         return fp
 
 
 _EMPTY = Footprint()
+
+#: A store's methods: whether each writes, and whether its argument is a key (else
+#: a prefix, or nothing: every key).
+_STORE_METHODS: dict[str, tuple[bool, bool]] = {
+    "get": (False, True), "peek": (False, True), "view": (False, True),
+    "scan": (False, False), "put": (True, True), "cas": (True, True),
+    "delete": (True, True), "snapshot": (False, False), "copy_from": (True, False),
+}
+
+
+def watch_stores(stores: Iterable[Any], watch: StepWatch) -> None:
+    """Report every call of these stores' methods made by a task's code to ``watch``.
+
+    Each store of a run is wrapped once, by instance attributes that shadow the
+    class's methods (the stores live as long as their run).
+    """
+    for store in stores:
+        if "_dst_watched" in vars(store):
+            continue
+        store._dst_watched = True
+        for name, (write, keyed) in _STORE_METHODS.items():
+            method = getattr(store, name, None)
+            if method is not None:
+                setattr(store, name, _watched(store.name, name, method, watch, write, keyed))
+
+
+def _watched(store: str, name: str, method: Callable[..., Any], watch: StepWatch,
+             write: bool, keyed: bool) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if watch.current is not None:
+            arg = args[0] if args else None
+            if not isinstance(arg, str) or name in ("snapshot", "copy_from"):
+                watch.touch(store, "", write, True)  # every key
+            else:
+                watch.touch(store, arg, write, not keyed)
+        return method(*args, **kwargs)
+
+    return call
 
 
 class ClockTap:

@@ -42,7 +42,15 @@ whether it read the clock).  Hence:
   of other processes;
 * crashes, restarts, partitions, tasks held at trio checkpoints (``@run``: they
   spend the preemption budget) and data choices are dependent with everything,
-  as is a step whose footprint says it was not atomic.
+  as is a step whose footprint says it was not atomic;
+* with both footprints known, two steps that touched a key of one store, one
+  of them writing it, are dependent whatever their labels say: code may read a
+  store without a choice point (an observer holding it), and the footprint
+  sees that read.
+
+Two tasks of one process share its memory, so their options are dependent by
+the rules above; :func:`in_process_commute` is the label and footprint half of
+the finer rule for them, and :mod:`dst.explore.views` the memory half.
 
 Two sends, or a send and a duplicate, taken in either order leave the same
 messages under swapped ids (``m3``/``m4``): states equal up to the names of
@@ -53,9 +61,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
-from .footprint import Footprint
+from .footprint import Footprint, conflict
 
 #: Operations on a store that change it; ``get`` and ``scan`` only read.
 _WRITES = frozenset({"put", "cas", "delete"})
@@ -84,6 +93,8 @@ class Access:
     prefix: bool = False
     dest: str = ""
     message: str = ""
+    #: The task whose option it is (``P`` or ``P/name``, as the kernel labels it).
+    task: str = ""
 
 
 GLOBAL = Access("global")
@@ -115,6 +126,8 @@ def commute(a: Access, b: Access, fa: Footprint | None = None,
     else:
         if fa.foreign or fb.foreign or not fa.procs.isdisjoint(fb.procs):
             return False
+        if (fa.stores or fb.stores) and conflict(fa.stores, fb.stores):
+            return False
         if "timer" in kinds:
             if a.kind == b.kind or "call" in kinds:
                 return False
@@ -133,13 +146,39 @@ def commute(a: Access, b: Access, fa: Footprint | None = None,
     return True  # sends, deliveries, store operations of two different processes
 
 
+#: The options a task parks at that two tasks of one process may take in either order.
+TASK_KINDS = frozenset({"store", "send", "call"})
+
+
+def in_process_commute(a: Access, b: Access, fa: Footprint, fb: Footprint) -> bool:
+    """Whether the options of two tasks of one process commute as far as their labels
+    and footprints tell: each step ran its own task's code alone and started no task,
+    the two touched no key of a store that one of them wrote, they are not two service
+    calls (the fake's handler is shared) nor two sends on one route.  What their code
+    did to the process's memory is :mod:`dst.explore.views`'s to tell."""
+    if a.kind not in TASK_KINDS or b.kind not in TASK_KINDS or a.task == b.task:
+        return False
+    for f, x in ((fa, a), (fb, b)):
+        if f.foreign or f.spawned or not f.procs <= {x.proc} or not f.tasks <= {x.task}:
+            return False
+    if a.kind == b.kind == "call":
+        return False
+    if a.kind == b.kind == "send" and a.dest == b.dest:
+        return False
+    if a.kind == b.kind == "store" and a.store == b.store and (a.write or b.write) \
+            and _overlap(a, b):
+        return False
+    return not conflict(fa.stores, fb.stores)
+
+
 class Independence:
-    """Classifies option labels against the processes and stores of one run.
+    """Classifies option labels against the processes and stores of a run.
 
     ``processes`` and ``stores`` are called for the names that exist now (a
-    scenario may start processes during the run).  A label that could be read
-    two ways (a process or store name containing ``@``, ``/``, ``.``, ``(``)
-    is ``GLOBAL``.
+    scenario may start processes during the run, and one relation serves every
+    run of a search: what it learnt of a label holds while the names are the
+    same).  A label that could be read two ways (a process or store name
+    containing ``@``, ``/``, ``.``, ``(``) is ``GLOBAL``.
     """
 
     def __init__(self, processes: Callable[[], Collection[str]],
@@ -147,14 +186,21 @@ class Independence:
         self._processes = processes
         self._stores = stores
         self._known: dict[str, Access] = {}
-        self._sizes = (-1, -1)
+        #: The collections last asked (held, so that no other can take their ids),
+        #: their sizes, and the names in them.
+        self._seen: tuple[Any, ...] = (None, None, -1, -1)
+        self._names: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
     def access(self, label: str) -> Access:
         procs, stores = self._processes(), self._stores()
-        sizes = (len(procs), len(stores))
-        if sizes != self._sizes:
-            self._known.clear()
-            self._sizes = sizes
+        seen = self._seen
+        if (procs is not seen[0] or stores is not seen[1] or len(procs) != seen[2]
+                or len(stores) != seen[3]):
+            names = (frozenset(procs), frozenset(stores))
+            if names != self._names:
+                self._known.clear()
+                self._names = names
+            self._seen = (procs, stores, len(procs), len(stores))
         found = self._known.get(label)
         if found is None:
             found = self._known[label] = _classify(label, procs, stores)
@@ -188,7 +234,7 @@ def _classify(label: str, procs: Collection[str], stores: Collection[str]) -> Ac
             continue
         op = _operation(label[at + 1:], proc, stores)
         if op is not None:
-            readings.append(op)
+            readings.append(op if op.kind == "global" else replace(op, task=label[:at]))
     return readings[0] if len(readings) == 1 else GLOBAL
 
 

@@ -66,13 +66,15 @@ _PLAIN, _TASK, _KERNEL, _FUNCTION, _RNG, _CLASS, _MODULE, _CORO, _FRAME, _SCOPE,
 
 #: How objects of each type are written (see ``_kind_of``), found once per type.
 _KINDS: dict[type, int] = {}
-#: Classes pickle can name (a module attribute) and those it cannot (``<locals>``).
-_NAMED: dict[type, bool] = {}
+#: The token each class is written as.
+_NAMED: dict[type, Any] = {}
 
 
 def _kind_of(t: type) -> int:
     if issubclass(t, ll.Task):
         return _TASK
+    if issubclass(t, random.Random):  # the kernel's generators too: their state steers
+        return _RNG
     if (t.__module__ or "").startswith(_OPAQUE_MODULES):
         return _KERNEL
     for kind, types_ in _KIND_TYPES:
@@ -93,10 +95,16 @@ class _Writer(pickle.Pickler):
     """A pickler that writes tasks, kernel objects, functions and scopes as tokens."""
 
     def __init__(self, out: io.BytesIO, label: Callable[[ll.Task], str],
-                 shared: Mapping[int, int] | None = None) -> None:
+                 shared: Mapping[int, int] | None = None,
+                 reads: Reads | None = None) -> None:
         super().__init__(out, protocol=pickle.HIGHEST_PROTOCOL)
         self.label = label
         self.shared = shared
+        self.reads = reads
+        # The callables every key's tokens are made of, as if written already: pickle
+        # then refers to them by number instead of importing their modules to check
+        # their names, every time.
+        self.memo = _PRELUDE
 
     def reducer_override(self, obj: Any) -> Any:
         if self.shared:
@@ -109,26 +117,34 @@ class _Writer(pickle.Pickler):
             kind = _KINDS[t] = _kind_of(t)
         if kind == _PLAIN:
             return NotImplemented
-        if kind == _CLASS:
+        if kind == _CLASS:  # by its name, without importing its module to check it
             named = _NAMED.get(obj)
             if named is None:
-                named = _NAMED[obj] = "<" not in obj.__qualname__
-            return NotImplemented if named else (_token, ("class", obj.__module__,
-                                                          obj.__qualname__))
+                named = _NAMED[obj] = (_token, ("class", obj.__module__, obj.__qualname__))
+            return named
         if kind == _TASK:
             return _token, ("task", self.label(obj))
         if kind == _KERNEL:
             return _token, ("kernel", t.__qualname__, _name_of(obj))
         if kind == _FUNCTION:
             if obj.__closure__ is None and "<" not in obj.__qualname__:
-                return NotImplemented  # a module's function: written by its name
+                return _token, ("def", obj.__module__, obj.__qualname__)  # by its name
             if (obj.__module__ or "").startswith(_OPAQUE_MODULES):
                 return _token, ("kernel", obj.__qualname__)
             cells = tuple(_cell(c) for c in obj.__closure__ or ())
             return _token, ("fn", obj.__module__, obj.__qualname__, cells, obj.__defaults__,
                             obj.__kwdefaults__)
         if kind == _RNG:
-            return _token, ("rng", hash(obj.getstate()))
+            text = vars(obj).get("_text")
+            if text is not None:  # seeded on first use, and not used yet
+                return _token, ("rng", text)
+            reads = self.reads
+            if reads is None:
+                return _token, ("rng", hash(obj.getstate()))
+            known = reads.get(id(obj))
+            if known is None:
+                known = reads[id(obj)] = (obj, (_token, ("rng", hash(obj.getstate()))))
+            return known[1]
         if kind == _MODULE:
             return _token, ("module", obj.__name__)
         if kind == _CORO:
@@ -193,7 +209,9 @@ _TRIO = os.path.dirname(trio.__file__) + os.sep
 
 
 def frames(found: Iterable[types.FrameType]) -> tuple[Any, ...]:
-    """Where each frame is suspended, and its local variables by name.
+    """Where each frame is suspended (its code, by number, and the instruction), and the
+    values of its local variables, in the order of their sorted names (``_UNBOUND`` for
+    one not bound yet).
 
     By name, not in the order of ``f_locals``: that dict is kept on the frame
     and refreshed in place, so its order depends on when it was read before.
@@ -201,21 +219,33 @@ def frames(found: Iterable[types.FrameType]) -> tuple[Any, ...]:
     out: list[tuple[Any, ...]] = []
     for f in found:
         code = f.f_code
-        names = _NAMES.get(code)
-        if names is None:
-            names = _NAMES[code] = (() if code.co_filename.startswith(_TRIO) else tuple(
+        known = _CODES.get(code)
+        if known is None:
+            names = (() if code.co_filename.startswith(_TRIO) else tuple(
                 sorted(set(code.co_varnames + code.co_cellvars + code.co_freevars))))
+            known = _CODES[code] = (len(_CODES), names)
+        number, names = known
         if names:
-            local = f.f_locals
-            out.append((code.co_filename, code.co_qualname, f.f_lasti,
-                        [(n, local[n]) for n in names if n in local]))
+            get = f.f_locals.get
+            out.append((number, f.f_lasti, [get(n, _UNBOUND) for n in names]))
         else:
-            out.append((code.co_filename, code.co_qualname, f.f_lasti))
+            out.append((number, f.f_lasti))
     return tuple(out)
 
 
-#: Each code object's variable names, sorted (none for trio's own code).
-_NAMES: dict[types.CodeType, tuple[str, ...]] = {}
+class _Unbound:
+    """What a key holds for a local variable not bound yet (in every key's prelude)."""
+
+
+_UNBOUND = _Unbound()
+
+#: What every pickle starts from: ``_token`` (what every token is written with),
+#: ``_UNBOUND`` and ``getattr`` (how pickle writes a bound method), numbered.
+_PRELUDE = {id(x): (i, x) for i, x in enumerate((_token, _UNBOUND, getattr))}
+
+#: Each code object seen: a number (in the order first seen in this process: keys are
+#: compared within one search) and its variable names, sorted (none for trio's own code).
+_CODES: dict[types.CodeType, tuple[int, tuple[str, ...]]] = {}
 
 
 def _scopes(task: ll.Task) -> tuple[Any, ...]:
@@ -238,8 +268,14 @@ def _scopes(task: ll.Task) -> tuple[Any, ...]:
 _INF = float("inf")
 
 
+#: What was read of one state, to read it once for its key and for the tasks' views:
+#: by id, the object and what was read of it (a task's frames, a generator's state).
+#: Valid only while no code runs: a new one for each state.
+Reads = dict[int, tuple[Any, Any]]
+
+
 def write(value: Any, label: Callable[[ll.Task], str],
-          shared: Mapping[int, int] | None = None) -> bytes:
+          shared: Mapping[int, int] | None = None, reads: Reads | None = None) -> bytes:
     """``value`` written out exactly (tasks named by ``label``; the objects whose ids
     ``shared`` numbers, by that number), as bytes.
 
@@ -247,19 +283,28 @@ def write(value: Any, label: Callable[[ll.Task], str],
     """
     out = io.BytesIO()
     try:
-        _Writer(out, label, shared).dump(value)
+        _Writer(out, label, shared, reads).dump(value)
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as exc:
         raise Unreadable(f"a task holds an object whose state cannot be read ({exc})") from None
     return out.getvalue()
 
 
 def tasks_memory(tasks: Iterable[tuple[str, ll.Task]], label: Callable[[ll.Task], str],
-                 shared: Mapping[int, int] | None = None) -> bytes:
+                 shared: Mapping[int, int] | None = None, reads: Reads | None = None) -> bytes:
     """Where each of ``tasks`` (``(label, task)`` pairs, in a stable order) is suspended,
     what its frames hold, and the cancel scopes it runs in, written out exactly; an
-    object ``shared`` numbers (one the processes share, read elsewhere) by its number."""
-    return write(tuple((name, _scopes(task), frames(_frames_of(task.coro)))
-                       for name, task in tasks), label, shared)
+    object ``shared`` numbers (one the processes share, read elsewhere) by its number.
+    ``reads`` keeps what was read of this state for the next call on it."""
+    if reads is None:
+        return write(tuple((name, _scopes(task), frames(_frames_of(task.coro)))
+                           for name, task in tasks), label, shared)
+    entries = []
+    for name, task in tasks:
+        known = reads.get(id(task))
+        if known is None:
+            known = reads[id(task)] = (task, (_scopes(task), frames(_frames_of(task.coro))))
+        entries.append((name, *known[1]))
+    return write(tuple(entries), label, shared, reads)
 
 
 def shared_objects(value: Any) -> dict[int, int]:

@@ -28,13 +28,18 @@ tried in this order until none helps (a fixpoint) or the budget runs out:
 
 Mutations only take away, so they cannot get from one shape of story to
 another: a second turn started by a duplicated click never becomes a second
-turn started by a second user, although that story may be shorter.  So at the
-first fixpoint the search also runs ``RESTARTS`` random walks of other seeds
-(drawn from the trace's seed, the same ones every time), and when one of them
-breaks the same invariant first in fewer decisions it becomes the run to shrink,
-and the mutations go on from it.  (The same idea as a test-case reducer that
-also tries fresh inputs: cheap next to the mutations, and it escapes a local
-minimum no deletion can leave.)
+turn started by a second user, although that story may be shorter, and a
+retry after a timeout never becomes the duplicated request that needs one
+step less.  So at the first fixpoint the search also runs ``RESTARTS`` random
+walks of other seeds (drawn from the trace's seed, the same ones every time).
+Those that break the same invariant first are sorted by their *shape*: the
+kinds of fault they chose, and whether they took a task held at a trio
+checkpoint (a preemption's other side).  The shortest walk of each of the
+``SHAPES`` shortest shapes the best story does not have is shrunk in turn, by
+the same mutations; whichever story ends smallest wins, and a walk shorter
+than the best story of its own shape becomes the run to shrink too.  (The same
+idea as a test-case reducer that also tries fresh inputs: cheap next to the
+mutations, and it escapes a local minimum no deletion can leave.)
 
 The restarts' generator is seeded from the trace: the same trace and scenario
 give the same result, unless the wall-clock budget cuts the search short (then
@@ -46,7 +51,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,11 +69,15 @@ STRATEGY = "shrink"
 
 #: Random walks of other seeds tried at the first fixpoint (see the module docstring).
 RESTARTS = 200
+#: Shapes of story other than the best one's, each shrunk from its shortest walk.
+SHAPES = 3
 
 #: A candidate: the label to take at each position (None: the default there).
 Script = tuple[str | None, ...]
 #: Where a pass resumes after an acceptance (its own meaning per pass).
 Token = Any
+#: A kind of mutation: the candidates made from a run, from where the last one resumes.
+Mutation = Callable[["_Run", Token], Iterable[tuple[Token, Script]]]
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,20 @@ class _Run:
     @property
     def key(self) -> tuple[int, int, tuple[int, ...]]:
         return (len(self.labels), self.faults, self.indices)
+
+    @property
+    def shape(self) -> tuple[frozenset[str], bool]:
+        """The kinds of fault it chose, and whether it ran a task held at a checkpoint."""
+        return (frozenset(_fault_kind(label) for label in self.labels if is_fault(label)),
+                any(label.endswith("@run") for label in self.labels))
+
+
+def _fault_kind(label: str) -> str:
+    """``crash``, ``drop``, ``dup``, ``partition``, or a service fault (``fail``, ...)."""
+    head, colon, _ = label.partition(":")
+    if colon and head in ("crash", "drop", "dup", "partition"):
+        return head
+    return label.rpartition("!")[2]
 
 
 def _as_run(result: RunResult) -> _Run:
@@ -204,12 +227,10 @@ class _Search:
             break
         return found[0] if found else None
 
-    def restart(self, seeds: list[int]) -> bool:
-        """Random walks of ``seeds``: the smallest that breaks the target first and beats
-        the best becomes the best (its seed the one the search follows); whether one did."""
-        best = self.best
-        assert best is not None
-        found: list[_Run] = []
+    def walks(self, seeds: list[int]) -> list[_Run]:
+        """Random walks of ``seeds`` that break the target first: the shortest of each
+        shape, shortest first (see the module docstring)."""
+        found: dict[tuple[frozenset[str], bool], _Run] = {}
 
         def feed() -> Iterator[int]:
             for seed in seeds:
@@ -221,8 +242,9 @@ class _Search:
         def judge(result: RunResult) -> None:
             if result.violated and result.violated[0] == self.target:
                 run = _as_run(result)
-                if run.key < (found[0] if found else best).key:
-                    found[:] = [run]
+                known = found.get(run.shape)
+                if known is None or run.key < known.key:
+                    found[run.shape] = run
 
         try:
             run_seeds(self.scenario, self.config, feed(), judge, faults=self.plan)
@@ -230,15 +252,22 @@ class _Search:
             self.stopped = "interrupted"
         except Exception:
             pass  # a seed broke the scenario: no restart, the best stands
-        if not found:
-            return False
-        self.best = found[0]
-        self.seed = found[0].result.seed
+        return sorted(found.values(), key=lambda run: run.key)
+
+    def follow(self, run: _Run) -> None:
+        """Go on shrinking from ``run`` (a walk of another seed)."""
+        self.best = run
+        self.seed = run.result.seed
         self.tried.clear()  # scripts were tried under the old seed
         self.accepted += 1
-        return True
 
-    def improve(self, candidates: Callable[[_Run, Token], Iterable[tuple[Token, Script]]]) -> bool:
+    def fixpoint(self, mutations: Sequence[Mutation] | None = None) -> None:
+        """Apply the mutations until none helps (or the budget runs out)."""
+        while self.stopped is None:
+            if not any([self.improve(mutation) for mutation in mutations or MUTATIONS]):
+                return
+
+    def improve(self, candidates: Mutation) -> bool:
         """Apply one kind of mutation until it stops helping; whether it helped."""
         helped = False
         token: Token = None
@@ -251,6 +280,26 @@ class _Search:
             self.accepted += 1
             helped = True
         return helped
+
+
+def _restart(search: _Search) -> None:
+    """Shrink the shortest walk of other shapes of story too, and keep the smallest story
+    (see the module docstring)."""
+    best = search.best
+    assert best is not None
+    walks = search.walks(_restart_seeds(search.seed, RESTARTS))
+    others = [w for w in walks if w.shape != best.shape][:SHAPES]
+    same = [w for w in walks if w.shape == best.shape and w.key < best.key]
+    state = (best, search.seed, set(search.tried))
+    for walk in same[:1] + others:
+        if search.stopped is not None:
+            break
+        search.follow(walk)
+        search.fixpoint(IN_SHAPE)
+        assert search.best is not None
+        if search.best.key < state[0].key:
+            state = (search.best, search.seed, set(search.tried))
+    search.best, search.seed, search.tried = state
 
 
 def _restart_seeds(seed: int, n: int) -> list[int]:
@@ -301,6 +350,9 @@ def lower_choices(run: _Run, resume: Token) -> Iterator[tuple[Token, Script]]:
 
 
 MUTATIONS = (drop_faults, delete_chunks, shorten_waits, lower_choices)
+#: The same, faults dropped last: a walk of another shape is shrunk within its shape
+#: first (a duplicated request dropped at once would leave the retry it replaced).
+IN_SHAPE = (delete_chunks, shorten_waits, lower_choices, drop_faults)
 
 
 # -- the entry point ----------------------------------------------------------------
@@ -346,15 +398,11 @@ def shrink(scenario: Scenario, trace: Trace, *, budget: float = 30.0,
                               f"({differs}); shrinking needs a trace that replays")
     search.best = _as_run(original)
     try:
-        restarted = False
-        while search.stopped is None:
-            helped = [search.improve(mutation) for mutation in MUTATIONS]
-            if not any(helped) and search.stopped is None:
-                if not restarted:
-                    restarted = True
-                    if search.restart(_restart_seeds(search.seed, RESTARTS)):
-                        continue
-                search.stopped = "fixpoint"
+        search.fixpoint()
+        if search.stopped is None:
+            _restart(search)
+        if search.stopped is None:
+            search.stopped = "fixpoint"
     except KeyboardInterrupt:
         search.stopped = "interrupted"
     final = search.best.result.trace()

@@ -30,9 +30,9 @@ import trio.lowlevel as ll
 
 from ..errors import ScenarioError
 from ..sim.kernel import Sim
-from .memory import shared_objects, tasks_memory, write
+from .memory import Reads, shared_objects, tasks_memory, write
 
-__all__ = ["kernel_state", "process_memory", "shared_objects", "state_key"]
+__all__ = ["kernel_state", "process_memory", "shared_objects", "state_key", "task_labels"]
 
 
 def kernel_state(sim: Sim, labels: tuple[str, ...]) -> tuple[Any, ...]:
@@ -58,14 +58,16 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
 
 
-def _label_of(sim: Sim) -> Callable[[ll.Task], str]:
+def task_labels(sim: Sim) -> Callable[[ll.Task], str]:
+    """How the kernel labels a task of ``sim`` (its trio name, for one it did not label)."""
     labels: dict[ll.Task, str] = getattr(sim, "_task_labels", {})
     return lambda task: labels.get(task) or task.name
 
 
 def process_memory(sim: Sim, changed: Collection[str] | None = None,
                    known: Mapping[str, bytes] | None = None,
-                   shared: Mapping[int, int] | None = None) -> dict[str, bytes]:
+                   shared: Mapping[int, int] | None = None,
+                   reads: Reads | None = None) -> dict[str, bytes]:
     """A digest of each process's memory: its incarnation's tasks, their frames and what
     those reach (an object of ``shared``, from :func:`shared_objects`, by its number).
 
@@ -76,7 +78,7 @@ def process_memory(sim: Sim, changed: Collection[str] | None = None,
     every state, and stands for itself by number in each process's memory).
     Raises :class:`dst.explore.memory.Unreadable`.
     """
-    label = _label_of(sim)
+    label = task_labels(sim)
     out: dict[str, bytes] = {}
     for name, proc in sim.processes.items():
         if changed is not None and known is not None and name not in changed \
@@ -84,7 +86,7 @@ def process_memory(sim: Sim, changed: Collection[str] | None = None,
             out[name] = known[name]
             continue
         tasks = sorted(((label(task), task) for task in proc.live.tasks), key=_first)
-        out[name] = hashlib.blake2b(tasks_memory(tasks, label, shared),
+        out[name] = hashlib.blake2b(tasks_memory(tasks, label, shared, reads),
                                     digest_size=16).digest()
     return out
 
@@ -97,7 +99,7 @@ def state_key(sim: Sim, world: Any, fingerprint: Callable[[Any], Any] | None,
               labels: tuple[str, ...], scenario: str, *,
               processes: Mapping[str, bytes] | None = None,
               steps: Mapping[str, int] | None = None, exact: bool = False,
-              value: Any = None) -> bytes:
+              value: Any = None, reads: Reads | None = None) -> bytes:
     """The digest of the state ``sim`` is in (see the module docstring).
 
     With ``processes`` (from :func:`process_memory`) the key holds every task's
@@ -113,12 +115,12 @@ def state_key(sim: Sim, world: Any, fingerprint: Callable[[Any], Any] | None,
         value = fingerprint(world)
     if processes is not None:
         roots = (value, tuple(sorted(sim.services.items())))
-        digest = hashlib.blake2b(write(roots, _label_of(sim)), digest_size=16)
+        digest = hashlib.blake2b(write(roots, task_labels(sim), reads=reads), digest_size=16)
         digest.update(repr((kernel, sorted(processes.items()),
                             sorted((steps or {}).items()))).encode("utf-8", "surrogatepass"))
         return digest.digest()
     if exact:
-        digest = hashlib.blake2b(write(value, _label_of(sim)), digest_size=16)
+        digest = hashlib.blake2b(write(value, task_labels(sim)), digest_size=16)
         digest.update(repr(kernel).encode("utf-8", "surrogatepass"))
         return digest.digest()
     try:
