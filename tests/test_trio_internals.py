@@ -135,3 +135,39 @@ def test_a_task_about_to_step_can_be_made_to_raise() -> None:
 
     trio.run(main, instruments=[Thrower()])
     assert seen == ["stopped"]
+
+
+def test_the_kernel_s_shortcuts_are_taken_with_this_trio() -> None:
+    """The fast paths bind to private trio names; with a trio that moved them dst falls back
+    to the public calls (correct, slower), and this test says so loudly."""
+    from dst.sim import trio_internals as ti
+
+    assert ti.PARK_AS, "trio._core._traps.WaitTaskRescheduled moved: choice points are slow"
+    assert ti.park is not trio.lowlevel.wait_task_rescheduled
+    assert ti.wake is not trio.lowlevel.reschedule
+    assert ti.RUN_CONTEXT is not None, "trio's GLOBAL_RUN_CONTEXT moved"
+    assert ti._Instruments is not None, "trio._core._instrumentation.Instruments moved"
+
+
+def test_parked_tasks_woken_by_the_shortcuts_get_values_and_cancellations() -> None:
+    from dst.sim import trio_internals as ti
+
+    got: list[object] = []
+    parked: list[trio.lowlevel.Task] = []
+
+    async def main() -> None:
+        async def sleeper() -> None:
+            parked.append(trio.lowlevel.current_task())
+            msg = ti.waiting(lambda _: trio.lowlevel.Abort.SUCCEEDED)
+            got.append(await ti.park_as(msg))  # woken by wake(): None
+            with trio.move_on_after(1) as scope:
+                await ti.park_as(msg)  # the same message again, cancelled this time
+            got.append(scope.cancelled_caught)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sleeper)
+            await trio.testing.wait_all_tasks_blocked()
+            ti.wake(parked[0])
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert got == [None, True]
