@@ -27,6 +27,8 @@ from dst.specs.conformance import Cell, CodeVerdict, Report, RowReport, compare,
 from dst.specs.mapping import scenario_names
 from dst.specs.steer import tell
 
+from .arguments import out_dir
+
 EXIT_AGREE, EXIT_DISAGREE = 0, 1
 
 
@@ -248,15 +250,8 @@ def command(spec_ref: str, settings: tuple[str, ...], directory: Path, jobs: int
             if not sep:
                 raise UsageError(f"{item!r} is not NAME=VALUE (e.g. -c SpendMode=after)")
             fixed[name.strip()] = parse_value(spec, name.strip(), text.strip())
+        where = out_dir(out)
         tlc = locate()
-        where = Path(out)
-        if where.exists() and not where.is_dir():
-            raise UsageError(f"--out {out} is a file, not a directory; give --out a directory")
-        try:
-            where.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"--out {out} cannot be created ({exc.strerror or exc}); give "
-                             "--out a directory dst can create and write to") from None
         show = _Progress(enabled=not as_json and sys.stderr.isatty())
         workers = jobs or max(1, min(4, os.cpu_count() or 1))
         report = compare(conf, scenarios, tlc, where, fixed=fixed, jobs=workers, budget=budget,

@@ -37,6 +37,7 @@ from ..scenario import Scenario
 from ..trace.codec import write_trace
 from ..trace.escape import visible
 from ..verdict_table import only
+from .arguments import key_values, out_dir
 
 EXIT_OK, EXIT_VIOLATION = 0, 1
 
@@ -52,28 +53,6 @@ def _duration(text: str) -> float:
     if not m or float(m.group(1)) <= 0:
         raise UsageError(f"--budget {text!r} is not a duration like 30s, 5m, 1h")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-
-
-def _switches(items: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{item!r} is not key=value (e.g. -c cas=false)")
-        out[key.strip()] = text.strip()
-    return out
-
-
-def _check_out(out: str) -> Path:
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {out} is a file, not a directory; give --out a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out} cannot be created ({exc.strerror or exc}); "
-                         "give --out a directory dst can create and write to") from None
-    return path
 
 
 @click.command("explore")
@@ -143,14 +122,14 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
     """
     try:
         scenario = load(scenario_ref)
-        config = scenario.config(_switches(switches))
+        config = scenario.config(key_values(switches))
         if invariants:
             scenario = only(scenario, invariants)
         bounds = Bounds(
             max_steps=max_steps or scenario.max_steps, crashes=crashes, drops=drops, dups=dups,
             preemptions=preemptions, service_faults=service_faults,
             max_schedules=max_schedules, budget=_duration(budget) if budget else None)
-        where = _check_out(out)
+        where = out_dir(out)
         show = _Progress(enabled=not as_json and sys.stderr.isatty())
         result = _guarded(scenario, scenario_ref, config, seed, lambda: explore(
             scenario, config, bounds, por=not no_por, prune_states=prune_states, seed=seed,

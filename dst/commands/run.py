@@ -31,6 +31,7 @@ from ..runner.reports import RunFacts, junit, markdown, write_report
 from ..runner.results import DB_NAME, missing, run_key
 from ..runner.workers import CtrlC
 from ..trace.escape import encodable
+from .arguments import out_dir
 from .run_summary import (
     Invocation,
     json_document,
@@ -157,28 +158,6 @@ def _seed_bounds(seeds: int | None, one_seed: int | None, seed_range: tuple[int,
     return (0, None) if duration is not None else (0, 1000)
 
 
-def check_out(out: str) -> None:
-    """Fail now, in one line, if ``--out`` cannot hold traces: never after the seeds ran."""
-    path = Path(out)
-    way_out = "give --out a directory dst can create and write to"
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {out} is a file, not a directory; {way_out}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        if isinstance(exc, (FileExistsError, NotADirectoryError)):
-            why = "a part of the path is a file"
-        raise UsageError(f"--out {out} cannot be created ({why}); {way_out}") from None
-    probe = path / f".dst-write-test-{os.getpid()}"
-    try:
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"--out {out} is not writable ({exc.strerror or exc}); "
-                         f"{way_out}") from None
-
-
 def check_report(option: str, target: str | None) -> None:
     """A report file (``--summary-md``, ``--junit``) must be writable before any seed runs."""
     if target is None:
@@ -300,7 +279,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
         if cluster is not None and check_determinism:
             raise UsageError("--check-determinism runs seeds under other hash seeds in "
                              "local processes: drop --cluster")
-        check_out(out)
+        out_dir(out)  # in one line now, never after the seeds ran
         check_report("--summary-md", summary_md)
         check_report("--junit", junit_xml)
     except DstError as err:

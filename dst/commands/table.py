@@ -10,7 +10,6 @@ its story (``dst.verdict_table``).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -28,21 +27,11 @@ from dst.verdict_table import (
     verdict_table,
 )
 
+from .arguments import key_values, out_dir
+
 
 class BadInput(click.ClickException):
     exit_code = 2
-
-
-def _out_dir(out: str) -> Path:
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out {out} is a file, not a directory; give --out a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out} cannot be created ({exc.strerror or exc}); give --out "
-                         "a directory dst can create and write to") from None
-    return path
 
 
 @click.command("table")
@@ -87,12 +76,7 @@ def command(scenario: str, vary: str | None, strategy: str, seeds: int,
     try:
         full = load(scenario)
         scen = full
-        overrides = {}
-        for item in switches:
-            key, sep, text = item.partition("=")
-            if not sep:
-                raise UsageError(f"{item!r} is not key=value (e.g. -c llm=happy)")
-            overrides[key.strip()] = text.strip()
+        overrides = key_values(switches, "-c llm=happy")
         base = scen.config(overrides)
         if invariants:
             scen = only(scen, invariants)
@@ -109,7 +93,7 @@ def command(scenario: str, vary: str | None, strategy: str, seeds: int,
             rows = verdict_table(scen, seeds, base)
         else:
             axes = [a.strip() for a in vary.split(",") if a.strip()]
-            where = _out_dir(out)
+            where = out_dir(out)
             vrows = vary_table(full, scen, scenario, base, axes, strategy=strategy,
                                seeds=seeds, out=where, max_steps=max_steps)
     except DstError as err:

@@ -404,3 +404,24 @@ def test_an_out_that_is_not_writable_is_refused_with_the_way_out(tmp_path: Path)
                                 f"--out {target} is not writable", "give --out a directory")
     finally:
         target.chmod(0o755)
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "counter", "--seeds", "1"],
+    ["explore", "counter"],
+    ["table", "counter", "--vary", "cas"],
+    ["conformance", "approval"],
+])
+def test_every_command_with_an_out_refuses_a_file_in_one_line(
+        tmp_path: Path, command: list[str]) -> None:
+    target = tmp_path / "a-file"
+    target.write_text("not a directory")
+    _refused_before_running(invoke(*command, "--out", str(target)),
+                            f"--out {target} is a file", "give --out a directory")
+
+
+@pytest.mark.parametrize("command", [["explore", "counter"], ["table", "approval"]])
+def test_a_switch_that_is_not_key_value_is_one_line(command: list[str]) -> None:
+    result = invoke(*command, "-c", "cas")
+    assert result.exit_code == 2, result.output
+    assert "'cas' is not key=value" in _one_error_line(result.stderr)
