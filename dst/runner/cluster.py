@@ -48,12 +48,10 @@ at that path on every worker (a shared file system, or the same checkout).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import queue
 import re
-import threading
 import time
 import uuid
 from collections import deque
@@ -63,11 +61,19 @@ from typing import Any
 
 from .. import __version__
 from ..errors import DstError, InternalError, ScenarioError, UsageError
-from ..registry import describe_exception, load
-from ..trace.model import current_hash_seed
-from .bulk import GRACE, SEED_TIMEOUT, BulkSummary, SeedOutcome, run_chunk, seed_chunks
+from ..registry import describe_exception
+from .bulk import GRACE, SEED_TIMEOUT, BulkSummary, SeedOutcome, seed_chunks
+from .cluster_worker import (
+    START_WORKER,
+    chunk_task,
+    events_topic,
+    forget,
+    request_stop,
+    require_distributed,
+    worker_facts,
+)
 from .groups import KeepPolicy
-from .workers import Beat, CtrlC
+from .workers import CtrlC
 
 #: ``distributed``'s client and futures, typed loosely: dst runs without the
 #: package, and its annotations vary between releases.
@@ -87,9 +93,6 @@ RETRIES = 2
 #: The hash seed every simulation runs under (the ``dst`` command's).
 HASH_SEED = 0
 
-#: How often the watchdog in a worker process looks at the chunk it is running.
-_WATCH = 0.5
-
 #: How often the submitting process looks for finished chunks, Ctrl-C and events.
 _POLL = 0.05
 
@@ -103,13 +106,6 @@ _RESIZE = 5.0
 
 _ADDRESS = re.compile(r"tcp://(?P<host>[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>\d{1,5})")
 
-#: How to start a worker, one per core.  Without a nanny: a nanny starts its worker
-#: process under ``PYTHONHASHSEED=6640`` when the variable is unset or 0 (Dask's
-#: choice, for hashing that agrees across workers), whatever the shell says.
-_START_WORKER = "PYTHONHASHSEED={hash_seed} dask worker {address} --nthreads 1 --no-nanny"
-
-#: The hash seed a Dask nanny gives its worker process in place of 0.
-_NANNY_HASH_SEED = 6640
 
 
 def parse_address(address: str) -> str:
@@ -124,15 +120,6 @@ def parse_address(address: str) -> str:
                          "(e.g. tcp://10.0.0.5:8786)")
     require_distributed()
     return address.strip()
-
-
-def require_distributed() -> Any:
-    """The ``distributed`` module, or a one-line :class:`UsageError` saying how to install it."""
-    try:
-        return importlib.import_module("distributed")
-    except ImportError:
-        raise UsageError("running on a Dask cluster needs Dask distributed, which is not "
-                         "installed: pip install 'dst[cluster]'") from None
 
 
 def connect(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
@@ -152,156 +139,20 @@ def _reason(exc: BaseException) -> str:
     return text[:120]
 
 
-# -- in the worker process ---------------------------------------------------------------
-
-
-class _WorkerBeat(Beat):
-    """``run_chunk``'s heartbeat, kept in plain attributes the watchdog thread reads."""
-
-    def __init__(self, run_id: str, stop_at: float | None, seed_timeout: float) -> None:
-        super().__init__(None)
-        self.run_id, self.stop_at, self.seed_timeout = run_id, stop_at, seed_timeout
-        self.ticks, self.current, self.stop = 0, -1, False
-        self.seen, self.since, self.reported = 0, time.monotonic(), False
-
-    @property
-    def stopped(self) -> bool:
-        return self.stop
-
-    def starting(self, seed: int) -> None:
-        self.current = seed
-
-    def finished(self) -> None:
-        self.ticks += 1
-
-
-#: One simulation at a time in a process: the guard and the collector are process-wide.
-_ONE_AT_A_TIME = threading.Lock()
-#: The chunk this process runs (task key -> its heartbeat), for the watchdog.
-_RUNNING: dict[str, _WorkerBeat] = {}
-#: Runs asked to stop (Ctrl-C, an error or a stuck seed on another worker).
-_STOPPED: set[str] = set()
-_WATCHDOG: list[threading.Thread] = []
-_STATE = threading.Lock()
-
-
-def _events_topic(run_id: str) -> str:
-    return f"dst-{run_id}"
-
-
-def _watch(worker: Any) -> None:
-    """Stop chunks past their deadline or whose run was stopped; report stuck seeds."""
-    while True:
-        time.sleep(_WATCH)
-        with _STATE:
-            running = list(_RUNNING.items())
-        now, wall = time.monotonic(), time.time()
-        for key, beat in running:
-            if beat.run_id in _STOPPED or (beat.stop_at is not None and wall >= beat.stop_at):
-                beat.stop = True
-            if beat.ticks != beat.seen:
-                beat.seen, beat.since = beat.ticks, now
-            elif not beat.reported and now - beat.since > beat.seed_timeout:
-                beat.reported = True
-                worker.log_event(_events_topic(beat.run_id), {
-                    "key": key, "seed": beat.current, "worker": worker.address,
-                    "seconds": beat.seed_timeout})
-
-
-def _start_watchdog(worker: Any) -> None:
-    with _STATE:
-        if not _WATCHDOG:
-            thread = threading.Thread(target=_watch, args=(worker,), daemon=True,
-                                      name="dst-watchdog")
-            thread.start()
-            _WATCHDOG.append(thread)
-
-
-def _wrong_hash_seed(worker: Any, wanted: int) -> str | None:
-    """One line saying how to start workers, if ``worker`` (this process's) runs under
-    another hash seed than ``wanted``."""
-    mine = current_hash_seed()
-    if mine == wanted:
-        return None
-    what = "a random hash seed" if mine is None else f"hash seed {mine}"
-    if mine == _NANNY_HASH_SEED:
-        what += " (a Dask nanny's)"
-    start = _START_WORKER.format(hash_seed=wanted, address=worker.scheduler.address)
-    return (f"Dask worker {worker.address} runs under {what}, but every seed runs under "
-            f"hash seed {wanted}: start workers as `{start}`, one per core")
-
-
-def _chunk_task(run_id: str, ref: str, config: dict[str, Any], seeds: list[int],
-                strategy: str, keep: KeepPolicy | None, hash_seed: int, stop_at: float | None,
-                seed_timeout: float) -> tuple[Any, ...]:
-    """One chunk, on a Dask worker: ``("ok", outcomes)`` or ``("error", exit code, line)``.
-
-    Errors are answered, not raised: Dask would retry a raised one, and a broken
-    scenario or a wrongly started worker fails the same way every time.
-    """
-    worker = require_distributed().get_worker()
-    wrong = _wrong_hash_seed(worker, hash_seed)
-    if wrong is not None:
-        return ("error", UsageError.exit_code, wrong)
-    _start_watchdog(worker)
-    key = str(worker.get_current_task())
-    with _ONE_AT_A_TIME:
-        beat = _WorkerBeat(run_id, stop_at, seed_timeout)
-        beat.stop = run_id in _STOPPED
-        with _STATE:
-            _RUNNING[key] = beat
-        try:
-            try:
-                load(ref)
-            except DstError as err:
-                return ("error", err.exit_code, f"Dask worker {worker.address}: {err}")
-            return ("ok", run_chunk(ref, config, seeds, beat=beat, strategy=strategy,
-                                    keep=keep))
-        except DstError as err:
-            return ("error", err.exit_code, str(err))
-        finally:
-            with _STATE:
-                _RUNNING.pop(key, None)
-
-
-def _worker_facts(ref: str, hash_seed: int, dask_worker: Any = None) -> dict[str, Any]:
-    """What the submitting process checks of each worker before any seed runs."""
-    try:
-        load(ref)
-        missing = None
-    except DstError as err:
-        missing = str(err)
-    return {"hash_seed": _wrong_hash_seed(dask_worker, hash_seed), "scenario": missing,
-            "version": __version__}
-
-
-def _request_stop(run_id: str) -> None:
-    with _STATE:
-        _STOPPED.add(run_id)
-        for beat in _RUNNING.values():
-            if beat.run_id == run_id:
-                beat.stop = True
-
-
-def _forget(run_id: str) -> None:
-    with _STATE:
-        _STOPPED.discard(run_id)
-
-
 # -- in the submitting process -----------------------------------------------------------
 
 
 def _check_workers(client: Client, address: str, ref: str, hash_seed: int,
                    worker_timeout: float) -> None:
     """Refuse to start unless each worker present can run the scenario as ``dst`` would."""
-    start = _START_WORKER.format(hash_seed=hash_seed, address=address)
+    start = START_WORKER.format(hash_seed=hash_seed, address=address)
     try:
         client.wait_for_workers(1, timeout=worker_timeout)
     except TimeoutError:
         raise UsageError(f"no Dask worker joined the scheduler at {address} within "
                          f"{worker_timeout:g}s; start some with `{start}`") from None
     threads = client.nthreads()
-    facts = client.run(_worker_facts, ref, hash_seed, on_error="return")
+    facts = client.run(worker_facts, ref, hash_seed, on_error="return")
     for where, fact in sorted(facts.items()):
         if isinstance(fact, BaseException):
             raise DstError(f"Dask worker {where} could not be asked about itself "
@@ -372,7 +223,7 @@ def run_on_cluster(
     dask_log.setLevel(logging.ERROR)
     try:
         _check_workers(client, address, ref, hash_seed, worker_timeout)
-        client.subscribe_topic(_events_topic(run_id), lambda event: events.put(event[1]))
+        client.subscribe_topic(events_topic(run_id), lambda event: events.put(event[1]))
         submitter = _Submitter(client, run_id, ref, dict(config), summary, on_chunk, events,
                                seed_timeout=seed_timeout, strategy=strategy, keep=keep,
                                max_failures=max_failures, retries=retries,
@@ -380,7 +231,7 @@ def run_on_cluster(
         return submitter.run(seed_chunks(seeds), deadline)
     finally:
         try:
-            client.run(_forget, run_id, on_error="ignore")
+            client.run(forget, run_id, on_error="ignore")
         except Exception:
             pass  # the scheduler went away: nothing to tidy there
         client.close()
@@ -487,7 +338,7 @@ class _Submitter:
             key = f"dst-chunk-{self.run_id}-{seeds[0]}"
             policy = self.keep() if self.keep is not None else None
             future = self.client.submit(
-                _chunk_task, self.run_id, self.ref, self.config, seeds, self.strategy,
+                chunk_task, self.run_id, self.ref, self.config, seeds, self.strategy,
                 policy, self.hash_seed, stop_at, self.seed_timeout, key=key,
                 retries=self.retries, pure=False)
             chunk = _Chunk(seeds, future)
@@ -598,7 +449,7 @@ class _Submitter:
     def stop_workers(self) -> None:
         """Chunks in flight stop after their current seed; those not started, at once."""
         try:
-            self.client.run(_request_stop, self.run_id, on_error="ignore")
+            self.client.run(request_stop, self.run_id, on_error="ignore")
         except Exception:
             pass  # a worker that cannot be asked loses its chunk at ``stop_at``
 
