@@ -147,6 +147,32 @@ def test_the_kernel_s_shortcuts_are_taken_with_this_trio() -> None:
     assert ti.wake is not trio.lowlevel.reschedule
     assert ti.RUN_CONTEXT is not None, "trio's GLOBAL_RUN_CONTEXT moved"
     assert ti._Instruments is not None, "trio._core._instrumentation.Instruments moved"
+    assert ti.STEP, "trio's loop names moved: every decision takes a pass of trio's loop"
+
+
+def test_a_step_taken_in_place_reads_the_trio_names_trio_s_loop_reads() -> None:
+    """``trio_internals.step`` is trio's task step, taken from the quiescence hook: the
+    runner and task attributes it reads and writes are trio's own."""
+    from dst.sim import trio_internals as ti
+
+    names: list[str] = []
+
+    async def main() -> None:
+        runner = ti.RUN_CONTEXT.runner
+        task = trio.lowlevel.current_task()
+        for obj, attr in [(runner, "runq"), (runner, "ki_pending"), (runner, "waiting_for_idle"),
+                          (runner, "instruments"), (runner, "main_task"),
+                          (runner.deadlines, "next_deadline"), (runner, "task_exited"),
+                          (runner, "reschedule"), (task, "_schedule_points"),
+                          (task, "_cancel_points"), (task, "_next_send_fn"),
+                          (task, "_next_send"), (task, "_abort_func"),
+                          (task, "_attempt_delivery_of_pending_ki"),
+                          (task, "_attempt_delivery_of_any_pending_cancel")]:
+            if not hasattr(obj, attr):
+                names.append(f"{type(obj).__name__}.{attr}")
+
+    trio.run(main)
+    assert names == [], f"trio {trio.__version__} moved {names}: the in-place step is wrong"
 
 
 def test_parked_tasks_woken_by_the_shortcuts_get_values_and_cancellations() -> None:

@@ -48,7 +48,7 @@ import trio.lowlevel as ll
 
 from ..errors import DivergenceError, ProcessCrashed
 from . import trio_internals
-from .busy import BusyWatch
+from .busy import BUSY_PASSES, BusyWatch
 from .clock import VirtualClock
 from .faults import SERVICE_FAULTS
 from .findings import Findings, violation_message
@@ -84,6 +84,13 @@ class RunStopped(BaseException):
     reach (a shielded ``Env`` call, a shielded loop), and raised by a data choice
     when a replay diverges."""
 
+
+#: Decisions the quiescence hook steps in place before trio's loop gets a pass
+#: (``Sim.on_quiescence``): bounds how long a Ctrl-C or a thread's call waits.
+_IN_PLACE = 64
+
+#: What a task parked at a choice point is woken with (``trio_internals.wake``'s).
+_WOKEN = trio_internals.NOTHING
 
 #: The run currently executing in this thread (set while its tasks run), for
 #: the structlog processor and the guard, which have no other way to find it.
@@ -309,9 +316,54 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
         failing invariant or strategy is therefore kept, the run stopped, and
         the error re-raised once ``trio.run`` is unwound.
 
+        When the decision wakes one parked task, trio's next pass would do
+        nothing but step it (``trio_internals.may_step``): no I/O is waited
+        for, no deadline is due, nothing else is runnable.  The hook then steps
+        it here, as trio's loop would, and when that step leaves nothing
+        runnable either, decides again at once, as trio's next pass would have
+        asked it to: the same decisions in the same order, without a pass of
+        trio's loop each.  ``_IN_PLACE`` steps at most, then trio's loop gets
+        its pass (and polls for I/O: a Ctrl-C, a thread's call).
+        """
+        task = self._quiescent(deadline)
+        if not trio_internals.STEP:
+            if task is not None:
+                trio_internals.wake(task)
+            return 0.0
+        runner = _RUN_CONTEXT.runner
+        runq = runner.runq
+        may_step, step = trio_internals.may_step, trio_internals.step
+        for _ in range(_IN_PLACE):
+            if task is None:
+                # The decision (if any) was performed by ``_schedule``: step here only
+                # the one task it made runnable, when no deadline is due.
+                if (len(runq) != 1 or self._stopping or self._busy + 1 >= BUSY_PASSES
+                        or not may_step(runner)):
+                    return 0.0
+                clock = self._clock
+                assert clock is not None
+                if runner.deadlines.next_deadline() <= clock.now:
+                    return 0.0
+                self._busy += 1  # the pass of trio's loop this step stands for
+                step(runner, runq[0])
+            else:
+                if not may_step(runner):
+                    break
+                self._busy += 1  # the pass of trio's loop this step stands for
+                step(runner, task, _WOKEN)
+            if runq or self._stopping:
+                return 0.0  # trio's next pass runs what the step made runnable
+            task = self._quiescent(runner.deadlines.next_deadline())
+        if task is not None:
+            trio_internals.wake(task)
+        return 0.0
+
+    def _quiescent(self, deadline: float) -> ll.Task | None:
+        """Decide at quiescence: the parked task chosen, or None when it is done.
+
         It runs once per decision, so the common case (only parked calls are
-        enabled) is decided here in one frame; everything else goes to
-        ``_schedule``.
+        enabled) is decided here in one frame, and the task chosen returned for
+        ``on_quiescence`` to step; everything else goes to ``_schedule``.
         """
         # Everything the hook wakes is the decision itself, never a new choice point.
         self._releasing = True
@@ -319,19 +371,19 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
             # The busy count is reset by decisions only: a held task released because
             # nothing else could go (no decision) is still the system keeping busy.
             if self._stopping:
-                return 0.0
+                return None
             clock = self._clock
             assert clock is not None
             if deadline <= clock.now:
-                return 0.0  # trio expires it in this very pass; nothing to choose
+                return None  # trio expires it in this very pass; nothing to choose
             # ``_check_invariants``, inlined: it runs before every decision.
             for name, check in self._invariants:
                 result = check()
                 if result is not True:
                     self._violate(name, violation_message(name, result))
-                    return 0.0
+                    return None
             if self._pending and self._check_eventually():
-                return 0.0
+                return None
             parked = self._parked
             if (
                 not parked
@@ -343,7 +395,8 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
                 or self._more_faults
                 or self.step >= self.max_steps
             ):
-                return self._schedule(deadline, clock)
+                self._schedule(deadline, clock)
+                return None
             # Only parked tasks are enabled: listed by label, the task chosen woken.
             if len(parked) == 1:
                 ((task, label),) = parked.items()
@@ -371,19 +424,18 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
                 except DivergenceError as exc:
                     self.divergence = exc
                     self._stop("diverged")
-                    return 0.0
+                    return None
             self.records.append(("decision", step, clock.now, "schedule", labels, index))
             if len(labels) == 2:
                 task = (task, other)[index]
             elif len(labels) > 2:
                 task = items[index][0]
             del parked[task]
-            trio_internals.wake(task)
-            return 0.0
+            return task
         except BaseException as exc:
             self.error = exc
             self._stop("error")
-            return 0.0
+            return None
         finally:
             self._releasing = False
 

@@ -164,7 +164,7 @@ park = cast("Callable[[Callable[[Any], trio.lowlevel.Abort]], Awaitable[Any]]",
 
 #: What every parked task is woken with: ``_park`` reads its value without
 #: marking it used, so one shared outcome serves them all.
-_NOTHING = outcome.Value(None)
+NOTHING = _NOTHING = outcome.Value(None)
 
 
 def _wake(task: trio.lowlevel.Task) -> None:
@@ -268,3 +268,101 @@ def throw_on_next_step(task: trio.lowlevel.Task, exc: BaseException) -> None:
     if sender is not None and getattr(sender, "__self__", None) is coro:
         task._next_send = outcome.Error(exc)
         task._next_send_fn = coro.send
+
+
+_run_mod: Any = getattr(getattr(trio, "_core", None), "_run", None)
+_CancelShieldedCheckpoint: Any = getattr(_run_mod, "CancelShieldedCheckpoint", None)
+_PermanentlyDetach: Any = getattr(_run_mod, "PermanentlyDetachCoroutineObject", None)
+_TB_FRAMES: int = 1 + int(getattr(_run_mod, "CONTEXT_RUN_TB_FRAMES", 0))
+
+#: trio's instrument hooks that its loop calls around a task step or an I/O
+#: wait: while any is installed, a step must go through trio's own loop.
+_LOOP_HOOKS = ("before_task_step", "after_task_step", "before_io_wait", "after_io_wait")
+
+#: Whether :func:`step` may be used: trio has every name it reads.
+STEP = (PARK_AS and _CancelShieldedCheckpoint is not None and _PermanentlyDetach is not None
+        and hasattr(_run_mod, "CONTEXT_RUN_TB_FRAMES"))
+
+
+def may_step(runner: Any) -> bool:
+    """True when trio's next pass, if it ran one task, would do nothing else.
+
+    That is: no KeyboardInterrupt waits to be delivered, no
+    ``wait_all_tasks_blocked`` is pending, and no instrument watches task
+    steps or I/O waits (those see every pass of trio's loop).  Whether one
+    task is all it would run, and no deadline is due, is the caller's to say.
+    """
+    if runner.ki_pending or runner.waiting_for_idle:
+        return False
+    instruments = runner.instruments
+    for hook in _LOOP_HOOKS:
+        if hook in instruments:
+            return False
+    return True
+
+
+def step(runner: Any, task: trio.lowlevel.Task, send: Any = None) -> None:
+    """Step ``task`` as trio's loop would, from inside trio's loop, between two passes.
+
+    Called from the quiescence hook only when :func:`may_step` holds and
+    ``task`` is the one thing trio's next pass would run: then that pass would
+    poll for I/O (dst makes none), expire deadlines (none are due: the caller
+    saw to that) and run a batch of exactly this task.  This is that step, line
+    for line as trio's loop takes it: the same value sent, the same handling of
+    what the task yields or raises, the same counters and instruments.
+
+    ``send`` is the outcome for a task parked at a choice point and chosen by
+    the hook (it is not in the run queue; :func:`wake` would have put it
+    there); None for a task trio rescheduled, taken out of the run queue here.
+    """
+    send_fn: Any
+    if send is None:
+        runner.runq.remove(task)
+        send_fn = task._next_send_fn
+        send = task._next_send
+        task._next_send_fn = task._next_send = None
+    else:
+        send_fn = task.coro.send
+        task._abort_func = None
+        task.custom_sleep_data = None
+    RUN_CONTEXT.task = task
+    final: Any = None
+    msg: Any
+    try:
+        msg = task.context.run(send_fn, send)
+    except StopIteration as stop_iteration:
+        final = outcome.Value(stop_iteration.value)
+    except BaseException as task_exc:
+        # The same frames trio removes: this one, and those Context.run adds.
+        tb = task_exc.__traceback__
+        for _ in range(_TB_FRAMES):
+            if tb is not None:
+                tb = tb.tb_next
+        final = outcome.Error(task_exc.with_traceback(tb))
+        del tb
+    if final is not None:
+        runner.task_exited(task, final)
+        final = None
+    else:
+        task._schedule_points += 1
+        if type(msg) is _WaitTaskRescheduled:
+            task._cancel_points += 1
+            task._abort_func = msg.abort_func
+            if runner.ki_pending and task is runner.main_task:
+                task._attempt_delivery_of_pending_ki()
+            task._attempt_delivery_of_any_pending_cancel()
+        elif msg is _CancelShieldedCheckpoint:
+            runner.reschedule(task)
+        elif type(msg) is _PermanentlyDetach:
+            runner.task_exited(task, msg.final_outcome)
+        else:
+            exc = TypeError(f"trio.run received unrecognized yield message {msg!r}. "
+                            "Are you trying to use a library written for some other "
+                            "framework like asyncio? That won't work without some kind "
+                            "of compatibility shim.")
+            runner.reschedule(task, exc)
+            task._next_send_fn = task.coro.throw
+        del msg
+    if "after_task_step" in runner.instruments:  # installed by the step itself
+        runner.instruments.call("after_task_step", task)
+    del RUN_CONTEXT.task

@@ -1,0 +1,220 @@
+"""Steps taken by the quiescence hook itself are the steps trio's loop would take.
+
+When a decision makes exactly one task runnable and trio's next pass would do
+nothing but step it, the kernel steps it from the hook (``Sim.on_quiescence``,
+``trio_internals.step``).  Every test here runs the same seeds both ways, once
+with that shortcut and once with every step left to trio's loop, and wants the
+same trace, byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+from dst import Env, Sim
+from dst.registry import load
+from dst.sim import trio_internals
+from dst.sim.faults import FaultPlan
+
+from .simkit import inline, many
+
+
+@pytest.fixture
+def steps_counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Count the steps taken in place (proof that the comparison compares something)."""
+    counted = [0]
+    real = trio_internals.step
+
+    def counting(*args: Any) -> None:
+        counted[0] += 1
+        real(*args)
+
+    monkeypatch.setattr(trio_internals, "step", counting)
+    yield counted
+
+
+def _both_ways(monkeypatch: pytest.MonkeyPatch, run: Any) -> tuple[list[str], list[str]]:
+    in_place = run()
+    with monkeypatch.context() as patch:
+        patch.setattr(trio_internals, "STEP", False)
+        by_trio = run()
+    return in_place, by_trio
+
+
+def _traces(scenario: Any, config: dict[str, Any], seeds: range) -> list[str]:
+    return ["\n".join(r.trace().record_lines()) + f"\n{r.verdict} {r.ended}"
+            for r in many(scenario, seeds, config)]
+
+
+@pytest.mark.parametrize(("name", "overrides"), [
+    ("counter", {"cas": "false"}),
+    ("counter", {"increments": "20"}),  # runs of ~100 decisions: past the in-place bound
+    ("ping", {}),
+    ("approval", {}),
+    ("replenish_crash", {}),
+])
+def test_shipped_scenarios_give_the_same_traces_stepped_in_place_or_by_trio(
+    monkeypatch: pytest.MonkeyPatch, steps_counted: list[int], name: str,
+    overrides: dict[str, str],
+) -> None:
+    scenario = load(name)
+    config = scenario.config(overrides)
+    in_place, by_trio = _both_ways(monkeypatch, lambda: _traces(scenario, config, range(30)))
+    assert steps_counted[0] > 0
+    assert in_place == by_trio
+
+
+#: ``scope.cancelled_caught`` of every run of ``cancels_itself``.
+caught: list[bool] = []
+
+
+def _ending(sim: Sim, config: dict[str, Any]) -> None:
+    db = sim.store("db")
+
+    async def returns(env: Env) -> None:
+        await env.store.put("a", 1)
+
+    async def raises(env: Env) -> None:
+        await env.store.get("a")
+        raise ValueError("raised right after an Env call")
+
+    async def child_raises(env: Env) -> None:
+        async def child() -> None:
+            await env.store.get("b")
+            raise KeyError("a child task's own error")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            await env.store.put("b", 2)
+
+    async def cancels_itself(env: Env) -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await env.store.get("c")  # delivered at once, as trio delivers it
+        caught.append(scope.cancelled_caught)
+        await env.store.put("c", 1)
+
+    sim.process("returns", returns, stores=["db"])
+    sim.process("raises", raises, stores=["db"])
+    sim.process("child", child_raises, stores=["db"])
+    sim.process("cancels", cancels_itself, stores=["db"])
+    del db
+
+
+def test_tasks_that_return_raise_or_are_cancelled_in_a_step_end_as_under_trio(
+    monkeypatch: pytest.MonkeyPatch, steps_counted: list[int],
+) -> None:
+    scenario = inline(_ending)
+    in_place, by_trio = _both_ways(monkeypatch, lambda: _traces(scenario, {}, range(40)))
+    assert steps_counted[0] > 0
+    assert in_place == by_trio
+    # A run stops at its first finding: each kind of ending comes first in some seed.
+    for what in ("raised right after an Env call", "a child task's own error"):
+        assert any(what in trace for trace in in_place), what
+    # The cancelled get is never a choice: trio delivers the cancellation at once.
+    assert caught and all(caught)
+    assert all("cancels@db.get(c)" not in trace for trace in in_place)
+
+
+def test_crashes_restarts_and_preemption_give_the_same_traces_both_ways(
+    monkeypatch: pytest.MonkeyPatch, steps_counted: list[int],
+) -> None:
+    plan = FaultPlan(max_crashes=2, crash_weight=0.3, preemptions=3)
+
+    def setup(sim: Sim, config: dict[str, Any]) -> None:
+        sim.store("db")
+
+        async def worker(env: Env) -> None:
+            for _ in range(6):
+                value = await env.store.get("n") or 0
+                assert isinstance(value, int)
+                await trio.sleep(0)  # a checkpoint: preemption may hold the task here
+                await env.store.put("n", value + 1)
+                await trio.lowlevel.checkpoint()
+
+        sim.process("w1", worker, stores=["db"])
+        sim.process("w2", worker, stores=["db"])
+
+    scenario = inline(setup, faults=plan)
+    in_place, by_trio = _both_ways(monkeypatch, lambda: _traces(scenario, {}, range(60)))
+    assert steps_counted[0] > 0
+    assert in_place == by_trio
+    assert any('"crash"' in t for t in in_place) and any('"restart"' in t for t in in_place)
+
+
+def test_a_keyboard_interrupt_pending_is_left_to_trio(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``may_step`` refuses while trio has a KeyboardInterrupt to deliver, or a
+    ``wait_all_tasks_blocked`` waits, or an instrument watches steps or I/O."""
+
+    class Runner:
+        def __init__(self) -> None:
+            self.ki_pending = False
+            self.waiting_for_idle: dict[object, object] = {}
+            self.instruments: dict[str, object] = {"task_spawned": object()}
+
+    runner = Runner()
+    assert trio_internals.may_step(runner)
+    runner.ki_pending = True
+    assert not trio_internals.may_step(runner)
+    runner.ki_pending = False
+    runner.waiting_for_idle = {(0.0, 1): object()}
+    assert not trio_internals.may_step(runner)
+    runner.waiting_for_idle = {}
+    for hook in ("before_task_step", "after_task_step", "before_io_wait", "after_io_wait"):
+        runner.instruments = {hook: object()}
+        assert not trio_internals.may_step(runner)
+
+
+def test_an_instrument_added_during_a_step_sees_that_step_as_under_trio() -> None:
+    """trio asks for ``after_task_step`` after the step, so an instrument the step
+    itself installs sees it; a step taken in place must give it the same."""
+
+    def run(in_place: bool) -> list[str]:
+        seen: list[str] = []
+        parked: list[trio.lowlevel.Task] = []
+
+        class After(trio.abc.Instrument):
+            def after_task_step(self, task: trio.lowlevel.Task) -> None:
+                seen.append(task.name.rsplit(".", 1)[-1])
+
+        class Stepping(trio.abc.Clock):
+            def start_clock(self) -> None:
+                pass
+
+            def current_time(self) -> float:
+                return 0.0
+
+            def deadline_to_sleep_time(self, deadline: float) -> float:
+                if not parked:
+                    return 0.0
+                task = parked.pop()
+                if in_place:
+                    trio_internals.step(trio_internals.RUN_CONTEXT.runner, task,
+                                        trio_internals.NOTHING)
+                else:
+                    trio_internals.wake(task)
+                return 0.0
+
+        def _abort(_: object) -> trio.lowlevel.Abort:
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        async def sleeper() -> None:
+            parked.append(trio.lowlevel.current_task())
+            await trio_internals.park(_abort)
+            trio.lowlevel.add_instrument(After())
+            parked.append(trio.lowlevel.current_task())
+            await trio_internals.park(_abort)
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sleeper)
+
+        trio.run(main, clock=Stepping())
+        return seen
+
+    assert run(in_place=True) == run(in_place=False)
+    assert run(in_place=True)[0] == "sleeper"
