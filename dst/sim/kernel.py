@@ -539,8 +539,16 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
             target.restart(self._nursery)
 
     async def _keep(self) -> None:
+        """Hold the run open until ``_stop``: the task running ``run`` waits here,
+        inside the run's nursery, so the nursery cannot close when every process
+        has exited or crashed (the scheduler may still offer "restart P")."""
+        if self._stopping:
+            return
         self._keeper = ll.current_task()
-        await ll.wait_task_rescheduled(_abort_ok)
+        try:
+            await ll.wait_task_rescheduled(_abort_ok)
+        finally:
+            self._keeper = None
 
     def _stop(self, why: str) -> None:
         if self._stopping:
@@ -550,9 +558,10 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
         nursery = self._nursery
         if nursery is not None:
             keeper = self._keeper
-            if keeper is not None and nursery.child_tasks == {keeper}:
-                self._keeper = None
-                ll.reschedule(keeper)
+            if not nursery.child_tasks:
+                if keeper is not None:
+                    self._keeper = None
+                    ll.reschedule(keeper)
             else:
                 nursery.cancel_scope.cancel()
         # A cancellation does not reach a call parked inside a shielded scope:
@@ -602,13 +611,11 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                # Holds the run open when every process has exited or crashed, so
-                # that the scheduler still gets to offer "restart P"; the run ends
-                # when the scheduler finds nothing left to choose.
-                nursery.start_soon(self._keep, name="dst-keeper")
                 setup(self)
                 if self._eventually:
                     self._note_calm()
+                # The run ends when the scheduler finds nothing left to choose.
+                await self._keep()
             if self.error is not None:
                 raise self.error
             if self.ended is None:

@@ -152,8 +152,13 @@ class Process:
         sim = self.sim
         env = inc.env
         try:
-            with trio.CancelScope() as scope:
-                inc.scope = scope
+            if self.crashable and sim.crashes_left > 0:
+                with trio.CancelScope() as scope:  # what a crash cancels
+                    inc.scope = scope
+                    await self.main(env)
+            else:
+                # Crash budgets only shrink: this incarnation can never crash, and a
+                # scope nobody cancels changes nothing but the cost of a run.
                 await self.main(env)
         except BaseException as exc:
             if inc.state is CRASHED or sim is None or sim._stopping:
