@@ -218,3 +218,42 @@ def test_an_instrument_added_during_a_step_sees_that_step_as_under_trio() -> Non
 
     assert run(in_place=True) == run(in_place=False)
     assert run(in_place=True)[0] == "sleeper"
+
+
+def test_a_task_an_invariant_makes_runnable_runs_in_the_same_batch_as_under_trio(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Checks run inside the decision: one that sets an Event makes a task runnable
+    there, and trio would run it in one batch with the task chosen (newest first)."""
+
+    def setup(sim: Sim, config: dict[str, Any]) -> None:
+        sim.store("db")
+        event = trio.Event()
+        calls = [0]
+        order: list[str] = []
+
+        def pokes() -> bool:
+            calls[0] += 1
+            if calls[0] == 3:
+                event.set()
+            return True
+
+        sim.invariant("pokes", pokes)
+
+        async def parks(env: Env) -> None:
+            for i in range(3):
+                await env.store.get(f"a{i}")
+                order.append("a")
+                await env.store.get("a:" + "".join(order))
+
+        async def waits(env: Env) -> None:
+            await event.wait()
+            order.append("w")
+            await env.store.get("w:" + "".join(order))
+
+        sim.process("a", parks, stores=["db"])
+        sim.process("w", waits, stores=["db"])
+
+    scenario = inline(setup)
+    in_place, by_trio = _both_ways(monkeypatch, lambda: _traces(scenario, {}, range(10)))
+    assert in_place == by_trio

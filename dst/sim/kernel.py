@@ -347,7 +347,9 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
                 self._busy += 1  # the pass of trio's loop this step stands for
                 step(runner, runq[0])
             else:
-                if not may_step(runner):
+                # Something the decision ran (an invariant setting an Event) may have
+                # made another task runnable: trio would run it in the same batch.
+                if runq or not may_step(runner):
                     break
                 self._busy += 1  # the pass of trio's loop this step stands for
                 step(runner, task, _WOKEN)

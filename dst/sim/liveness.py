@@ -117,7 +117,9 @@ class Liveness(SimState):
         mail = {task: _waits_for_mail(task, inc) for task, inc in blocked}
         listening = {inc for task, inc in blocked if mail[task]}
         for task, inc in blocked:
-            if inc.process.idle or inc in listening or mail[task]:
+            if mail[task]:
+                continue  # it waits in recv, on the world: never on a lock, so in no cycle
+            if inc.process.idle or inc in listening:
                 if not in_lock_cycle(task):
                     continue
             label = self._task_labels.get(task) or f"{inc.name}/{task_name(task)}"
