@@ -19,7 +19,7 @@ import trio.testing
 from dst import Env, Sim
 from dst.sim.seeding import SeededOnFirstUse, seeded
 from dst.sim.trio_internals import park, wake
-from dst.sim.values import canonical_text, json_copy
+from dst.sim.values import canonical_text, canonical_value, json_copy
 
 from .simkit import events, inline, one
 
@@ -182,12 +182,55 @@ def test_a_circular_value_is_refused_as_json_refuses_it() -> None:
         json_copy(loop)
 
 
-def test_canonical_text_is_json_dumps_with_sorted_keys_and_no_spaces() -> None:
-    value = {"b": 1, "a": [1, {"d": 2, "c": 3}]}
+_TEXTS = [
+    {"b": [1, 2, (3, 4)], "a": {"d": None, "e": True, "f": 1.5, "g": -0.0}},
+    [1, "x", 2.5, None, False], "text", "é\ud800\n\"", _Text("q"), 3, None, ("t", 1), [], {},
+    {1: "int key"}, {True: 1}, _Level.LOW, {"x": _Level.LOW}, collections.OrderedDict(b=1, a=2),
+    1 << 3000, 1e300, -1e-300, {"deep": [[[[{"x": [1]}]]]]},
+]
+
+
+@pytest.mark.parametrize("value", _TEXTS)
+def test_canonical_text_is_json_dumps_with_sorted_keys_and_no_spaces(value: Any) -> None:
     assert canonical_text(value) == json.dumps(value, sort_keys=True, separators=(",", ":"),
                                                allow_nan=False)
-    with pytest.raises(ValueError):
-        canonical_text({"x": float("nan")})
+
+
+@pytest.mark.parametrize("value", [
+    {"x": float("nan")}, float("inf"), {"a": object()}, {(1, 2): 3}, {1, 2}, b"bytes",
+    {1: "keys that do not sort", "2": 2},
+])
+def test_canonical_text_refuses_what_json_dumps_refuses_with_the_same_error(value: Any) -> None:
+    with pytest.raises((TypeError, ValueError)) as ours:
+        canonical_text(value)
+    with pytest.raises((TypeError, ValueError)) as theirs:
+        json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    assert (type(ours.value), str(ours.value)) == (type(theirs.value), str(theirs.value))
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular reference"):
+        canonical_text(loop)
+
+
+@pytest.mark.parametrize("value", _TEXTS)
+def test_a_canonical_text_reads_back_as_json_loads_reads_it(value: Any) -> None:
+    text = canonical_text(value)
+    ours, theirs = canonical_value(text), json.loads(text)
+    assert json.dumps(ours) == json.dumps(theirs)
+    assert type(ours) is type(theirs)
+
+
+@pytest.mark.parametrize("text", ["", " 1", "1 ", "[1,", "{}x", "\ufeff1", "nan", "[1]]"])
+def test_a_text_that_is_not_canonical_json_reads_as_json_loads_reads_it(text: str) -> None:
+    try:
+        theirs: Any = ("value", json.loads(text))
+    except json.JSONDecodeError as exc:
+        theirs = ("error", str(exc))
+    try:
+        ours: Any = ("value", canonical_value(text))
+    except json.JSONDecodeError as exc:
+        ours = ("error", str(exc))
+    assert ours == theirs
 
 
 # -- structlog ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 
@@ -197,3 +198,37 @@ def test_parked_tasks_woken_by_the_shortcuts_get_values_and_cancellations() -> N
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert got == [None, True]
+
+
+def test_an_instrument_that_raises_is_disabled_and_logged_as_trio_does_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The dict table's ``call`` is trio's: the others still run, the faulty one
+    is removed, and trio's logger records it with its traceback."""
+    from dst.sim import trio_internals as ti
+
+    seen: list[str] = []
+
+    class Faulty(trio.abc.Instrument):
+        def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+            seen.append("faulty")
+            raise RuntimeError("an instrument's own bug")
+
+    class Fine(trio.abc.Instrument):
+        def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+            seen.append("fine")
+
+    async def main() -> None:
+        ti.fast_instruments()
+        assert type(ti.RUN_CONTEXT.runner.instruments) is ti._DictInstruments
+        trio.lowlevel.add_instrument(Faulty())
+        trio.lowlevel.add_instrument(Fine())
+        await trio.sleep(0)
+        await trio.sleep(0)
+
+    with caplog.at_level("ERROR", logger="trio.abc.Instrument"):
+        trio.run(main)
+    assert seen[:2] == ["faulty", "fine"] and seen.count("faulty") == 1 and len(seen) > 2
+    (record,) = caplog.records
+    assert "Instrument has been disabled" in record.getMessage()
+    assert record.exc_info is not None and "an instrument's own bug" in str(record.exc_info[1])

@@ -8,13 +8,12 @@ Delivery to a crashed process loses the message (its socket died with it).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..env import Message
 from .options import DELIVER, DROP, DUP
-from .values import canonical_text
+from .values import canonical_text, canonical_value
 
 if TYPE_CHECKING:
     from .kernel import Sim
@@ -77,7 +76,7 @@ class Network:
         if proc is None or proc.state != "running":
             self.sim.fault("lost", m.id, f"{m.dest} is not running")
             return
-        proc.deliver(Message(m.source, json.loads(m.body)))
+        proc.deliver(Message(m.source, canonical_value(m.body)))
 
     def drop(self, m: InFlight) -> None:
         del self.in_flight[m.id]

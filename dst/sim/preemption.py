@@ -20,6 +20,7 @@ from .options import HELD, TIMER, Option, by_label
 from .process import _CURRENT as _INCARNATION_VAR
 from .process import RUNNING
 from .state import SimState
+from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
 
 
 class Preemption(SimState):
@@ -38,9 +39,7 @@ class Preemption(SimState):
         inc = task.context.get(_INCARNATION_VAR)
         if inc is None or inc.state is not RUNNING or inc.process.sim is not self:
             return
-        try:
-            ll.current_task()
-        except RuntimeError:
+        if getattr(_RUN_CONTEXT, "task", None) is None:
             return  # trio's loop itself (a timer expired): not inside a step
         if not trio_internals.hold(task):
             return

@@ -185,8 +185,9 @@ wake: Callable[[trio.lowlevel.Task], None] = (
     _wake if park is _park else trio.lowlevel.reschedule)
 
 
-_Instruments: Any = getattr(getattr(getattr(trio, "_core", None), "_instrumentation", None),
-                           "Instruments", None)
+_instrumentation: Any = getattr(getattr(trio, "_core", None), "_instrumentation", None)
+_Instruments: Any = getattr(_instrumentation, "Instruments", None)
+_INSTRUMENT_LOGGER: Any = getattr(_instrumentation, "INSTRUMENT_LOGGER", None)
 
 
 class _DictInstruments(dict):  # type: ignore[type-arg]
@@ -195,8 +196,9 @@ class _DictInstruments(dict):  # type: ignore[type-arg]
     trio asks ``"before_task_step" in runner.instruments`` (and the same of
     three other hooks) on every pass of its loop and every task step; its
     table is a ``UserDict``, so each of those questions is a Python call.
-    This table holds the same entries and answers in C; ``add_instrument``,
-    ``remove_instrument`` and ``call`` are trio's own, reading ``data``.
+    This table holds the same entries and answers in C; ``add_instrument`` and
+    ``remove_instrument`` are trio's own, reading ``data``; ``call`` is trio's,
+    reading the table itself.
     """
 
     __slots__ = ()
@@ -208,14 +210,28 @@ class _DictInstruments(dict):  # type: ignore[type-arg]
     if _Instruments is not None:
         add_instrument = _Instruments.add_instrument
         remove_instrument = _Instruments.remove_instrument
-        call = _Instruments.call
+
+        def call(self, hookname: str, *args: object) -> None:
+            """trio's ``call``, reading the table directly (trio's goes through ``data``).
+
+            An instrument that raises is disabled and logged as trio does it.
+            """
+            for instrument in list(self[hookname]):
+                try:
+                    getattr(instrument, hookname)(*args)
+                except BaseException:
+                    self.remove_instrument(instrument)
+                    _INSTRUMENT_LOGGER.exception(
+                        "Exception raised when calling %r on instrument %r. "
+                        "Instrument has been disabled.", hookname, instrument)
 
 
 def fast_instruments() -> None:
     """Give the running trio's runner a :class:`_DictInstruments` with its instruments."""
     runner = RUN_CONTEXT.runner
     table = runner.instruments
-    if _Instruments is not None and type(table) is _Instruments:
+    if (_Instruments is not None and _INSTRUMENT_LOGGER is not None
+            and type(table) is _Instruments):
         runner.instruments = _DictInstruments(table.data)
 
 
