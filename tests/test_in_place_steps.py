@@ -9,6 +9,7 @@ same trace, byte for byte.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -147,17 +148,38 @@ def test_crashes_restarts_and_preemption_give_the_same_traces_both_ways(
 
 
 def test_a_keyboard_interrupt_pending_is_left_to_trio(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``may_step`` refuses while trio has a KeyboardInterrupt to deliver, or a
-    ``wait_all_tasks_blocked`` waits, or an instrument watches steps or I/O."""
+    """``may_step`` refuses while trio has a KeyboardInterrupt to deliver, a call in its
+    entry queue, a task waiting on a file descriptor, a ``wait_all_tasks_blocked``
+    waiting, or an instrument on steps or I/O."""
+
+    class Entry:
+        def __init__(self) -> None:
+            self.queue: list[object] = []
+            self.idempotent_queue: dict[object, None] = {}
+
+    class IOManager:
+        def __init__(self) -> None:
+            self._registered = {3: object()}  # trio's own wake-up socket
 
     class Runner:
         def __init__(self) -> None:
             self.ki_pending = False
             self.waiting_for_idle: dict[object, object] = {}
             self.instruments: dict[str, object] = {"task_spawned": object()}
+            self.entry_queue = Entry()
+            self.io_manager = IOManager()
 
     runner = Runner()
     assert trio_internals.may_step(runner)
+    runner.entry_queue.queue.append(object())
+    assert not trio_internals.may_step(runner)
+    runner.entry_queue = Entry()
+    runner.entry_queue.idempotent_queue[object()] = None
+    assert not trio_internals.may_step(runner)
+    runner.entry_queue = Entry()
+    runner.io_manager._registered[7] = object()  # a task waits on a file descriptor
+    assert not trio_internals.may_step(runner)
+    del runner.io_manager._registered[7]
     runner.ki_pending = True
     assert not trio_internals.may_step(runner)
     runner.ki_pending = False
@@ -257,3 +279,63 @@ def test_a_task_an_invariant_makes_runnable_runs_in_the_same_batch_as_under_trio
     scenario = inline(setup)
     in_place, by_trio = _both_ways(monkeypatch, lambda: _traces(scenario, {}, range(10)))
     assert in_place == by_trio
+
+
+def test_a_callback_queued_with_run_sync_soon_runs_when_it_would_under_trio(
+    monkeypatch: pytest.MonkeyPatch, steps_counted: list[int],
+) -> None:
+    """trio runs what ``run_sync_soon`` queued once it polls for I/O, right after the
+    hook: a step taken in place must leave that poll to trio's loop."""
+
+    def setup(sim: Sim, config: dict[str, Any]) -> None:
+        sim.store("db")
+        event = trio.Event()
+
+        async def queues(env: Env) -> None:
+            await env.store.get("a")
+            trio.lowlevel.current_trio_token().run_sync_soon(event.set)
+            for i in range(4):
+                await env.store.get(f"q{i}")
+
+        async def waits(env: Env) -> None:
+            await event.wait()
+            await env.store.put("woken", 1)
+
+        sim.process("q", queues, stores=["db"])
+        sim.process("w", waits, stores=["db"])
+
+    scenario = inline(setup)
+    in_place, by_trio = _both_ways(monkeypatch, lambda: _traces(scenario, {}, range(20)))
+    assert steps_counted[0] > 0
+    assert in_place == by_trio
+
+
+def test_a_task_waiting_on_a_file_descriptor_is_woken_when_it_would_be_under_trio(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """trio's I/O poll wakes a task waiting on a descriptor: while one waits, every
+    step goes through trio's loop, so the poll comes where it always came."""
+
+    def setup(sim: Sim, config: dict[str, Any]) -> None:
+        sim.store("db")
+        read_end, write_end = os.pipe()
+
+        async def reader(env: Env) -> None:
+            await env.store.get("r")
+            await trio.lowlevel.wait_readable(read_end)
+            os.read(read_end, 1)
+            await env.store.put("read", 1)
+
+        async def writer(env: Env) -> None:
+            await env.store.get("a")
+            os.write(write_end, b"x")
+            for i in range(4):
+                await env.store.get(f"w{i}")
+
+        sim.process("r", reader, stores=["db"])
+        sim.process("w", writer, stores=["db"])
+
+    scenario = inline(setup)
+    in_place, by_trio = _both_ways(monkeypatch, lambda: _traces(scenario, {}, range(10)))
+    assert in_place == by_trio
+    assert all(trace.endswith("pass quiescent") for trace in in_place)

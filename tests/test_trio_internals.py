@@ -162,6 +162,8 @@ def test_a_step_taken_in_place_reads_the_trio_names_trio_s_loop_reads() -> None:
         runner = ti.RUN_CONTEXT.runner
         task = trio.lowlevel.current_task()
         for obj, attr in [(runner, "runq"), (runner, "ki_pending"), (runner, "waiting_for_idle"),
+                          (runner.entry_queue, "queue"), (runner.entry_queue, "idempotent_queue"),
+                          (runner.io_manager, "_registered"),
                           (runner, "instruments"), (runner, "main_task"),
                           (runner.deadlines, "next_deadline"), (runner, "task_exited"),
                           (runner, "reschedule"), (task, "_schedule_points"),

@@ -291,10 +291,6 @@ _CancelShieldedCheckpoint: Any = getattr(_run_mod, "CancelShieldedCheckpoint", N
 _PermanentlyDetach: Any = getattr(_run_mod, "PermanentlyDetachCoroutineObject", None)
 _TB_FRAMES: int = 1 + int(getattr(_run_mod, "CONTEXT_RUN_TB_FRAMES", 0))
 
-#: trio's instrument hooks that its loop calls around a task step or an I/O
-#: wait: while any is installed, a step must go through trio's own loop.
-_LOOP_HOOKS = ("before_task_step", "after_task_step", "before_io_wait", "after_io_wait")
-
 #: Whether :func:`step` may be used: trio has every name it reads.
 STEP = (PARK_AS and _CancelShieldedCheckpoint is not None and _PermanentlyDetach is not None
         and hasattr(_run_mod, "CONTEXT_RUN_TB_FRAMES"))
@@ -303,18 +299,28 @@ STEP = (PARK_AS and _CancelShieldedCheckpoint is not None and _PermanentlyDetach
 def may_step(runner: Any) -> bool:
     """True when trio's next pass, if it ran one task, would do nothing else.
 
-    That is: no KeyboardInterrupt waits to be delivered, no
-    ``wait_all_tasks_blocked`` is pending, and no instrument watches task
-    steps or I/O waits (those see every pass of trio's loop).  Whether one
-    task is all it would run, and no deadline is due, is the caller's to say.
+    That is: no KeyboardInterrupt waits to be delivered, nothing waits in
+    trio's entry queue (``run_sync_soon``: trio's I/O poll, which a step taken
+    in place skips, is what runs it) and no task waits on a file descriptor
+    (the poll is what wakes it), no ``wait_all_tasks_blocked`` is
+    pending, and no instrument watches task steps or I/O waits (those see
+    every pass of trio's loop).  Whether one task is all it would run, and no
+    deadline is due, is the caller's to say.
     """
-    if runner.ki_pending or runner.waiting_for_idle:
-        return False
+    entry = runner.entry_queue
     instruments = runner.instruments
-    for hook in _LOOP_HOOKS:
-        if hook in instruments:
-            return False
-    return True
+    # trio's own entry queue always waits for its wake-up socket: a second descriptor
+    # registered is a task of the code under test waiting on one.
+    return not (runner.ki_pending or runner.waiting_for_idle
+                or entry.queue or entry.idempotent_queue
+                or len(getattr(runner.io_manager, "_registered", _UNKNOWN)) > 1
+                or "before_task_step" in instruments or "after_task_step" in instruments
+                or "before_io_wait" in instruments or "after_io_wait" in instruments)
+
+
+#: What ``may_step`` takes trio's table of registered descriptors to be when its
+#: I/O manager keeps none it knows (another platform's): too many to step in place.
+_UNKNOWN = (None, None)
 
 
 def step(runner: Any, task: trio.lowlevel.Task, send: Any = None) -> None:
