@@ -81,6 +81,7 @@ class SimState:
         self._clock: VirtualClock | None = None
         self._nursery: trio.Nursery | None = None
         self._stopping = False
+        #: The task running the seed while it holds the run open (``Sim._keep``).
         self._keeper: ll.Task | None = None
         #: Loop passes since the last decision (see BUSY_PASSES); once past it,
         #: the instrument that watches task steps, the steps it saw, and the
