@@ -28,11 +28,11 @@ and its volatile state is dropped; a restart runs its ``main`` again with fresh
 memory over the same durable stores.
 
 ``Sim`` is assembled from parts that share :class:`~dst.sim.state.SimState`:
-this module holds building the system, choice points and the scheduler;
-``injection`` lists the options and spends fault budgets, ``preemption``
-holds tasks at checkpoints, ``busy`` handles runs that never rest and tasks of
-dead incarnations, ``liveness`` decides how a run ends, ``findings`` records
-what it found.
+this module holds building the system, choice points and running a seed;
+``scheduler`` decides at quiescence, ``injection`` lists the options and spends
+fault budgets, ``preemption`` holds tasks at checkpoints, ``busy`` handles runs
+that never rest and tasks of dead incarnations, ``liveness`` decides how a run
+ends, ``findings`` records what it found.
 """
 
 from __future__ import annotations
@@ -48,30 +48,17 @@ import trio.lowlevel as ll
 
 from ..errors import DivergenceError, ProcessCrashed
 from . import trio_internals
-from .busy import BUSY_PASSES, BusyWatch
+from .busy import BusyWatch
 from .clock import VirtualClock
 from .faults import SERVICE_FAULTS
-from .findings import Findings, violation_message
+from .findings import Findings
 from .injection import FaultInjection
 from .liveness import Liveness
-from .options import (
-    CALL_FAULT,
-    CRASH,
-    DELIVER,
-    DROP,
-    DUP,
-    HELD,
-    INF,
-    PARTITION,
-    RESTART,
-    TASK,
-    TIMER,
-    by_label,
-)
 from .preemption import HoldWatch, Preemption
 from .process import _CURRENT as _INCARNATION_VAR
 from .process import RUNNING, Incarnation, Process
 from .recording import Recording
+from .scheduler import Scheduler
 from .seeding import SeededOnFirstUse
 from .state import Invariant
 from .store import SimStore
@@ -85,13 +72,6 @@ class RunStopped(BaseException):
     when a replay diverges."""
 
 
-#: Decisions the quiescence hook steps in place before trio's loop gets a pass
-#: (``Sim.on_quiescence``): bounds how long a Ctrl-C or a thread's call waits.
-_IN_PLACE = 64
-
-#: What a task parked at a choice point is woken with (``trio_internals.wake``'s).
-_WOKEN = trio_internals.NOTHING
-
 #: The run currently executing in this thread (set while its tasks run), for
 #: the structlog processor and the guard, which have no other way to find it.
 ACTIVE: list[Sim] = []
@@ -104,12 +84,8 @@ def canonical(value: object) -> str:
     )
 
 
-class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
+class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
     """One simulated run.  Scenarios build the system on it in their ``setup``."""
-
-    #: The random walk's draw, when the strategy is exactly ``RandomWalk`` (set by
-    #: ``run``): the scheduler's common case then draws without calling ``choose``.
-    _uniform: Callable[[], float] | None = None
 
     # -- building the system (called from a scenario's setup) -----------------
 
@@ -305,240 +281,6 @@ class Sim(Findings, FaultInjection, Preemption, BusyWatch, Liveness, Recording):
             inc.tasks.discard(task)
         self._doomed.discard(task)
         self._waiting.pop(task, None)
-
-    # -- the scheduler --------------------------------------------------------
-
-    def on_quiescence(self, deadline: float) -> float:
-        """Every task is blocked: check, choose one option, perform it.
-
-        trio calls this from inside its run loop (through the clock, see
-        ``run``), where an exception would be a ``TrioInternalError``; a
-        failing invariant or strategy is therefore kept, the run stopped, and
-        the error re-raised once ``trio.run`` is unwound.
-
-        When the decision wakes one parked task, trio's next pass would do
-        nothing but step it (``trio_internals.may_step``): no I/O is waited
-        for, no deadline is due, nothing else is runnable.  The hook then steps
-        it here, as trio's loop would, and when that step leaves nothing
-        runnable either, decides again at once, as trio's next pass would have
-        asked it to: the same decisions in the same order, without a pass of
-        trio's loop each.  ``_IN_PLACE`` steps at most, then trio's loop gets
-        its pass (and polls for I/O: a Ctrl-C, a thread's call).
-        """
-        task = self._quiescent(deadline)
-        if not trio_internals.STEP:
-            if task is not None:
-                trio_internals.wake(task)
-            return 0.0
-        runner = _RUN_CONTEXT.runner
-        runq = runner.runq
-        may_step, step = trio_internals.may_step, trio_internals.step
-        for _ in range(_IN_PLACE):
-            if task is None:
-                # The decision (if any) was performed by ``_schedule``: step here only
-                # the one task it made runnable, when no deadline is due.
-                if (len(runq) != 1 or self._stopping or self._busy + 1 >= BUSY_PASSES
-                        or not may_step(runner)):
-                    return 0.0
-                clock = self._clock
-                assert clock is not None
-                if runner.deadlines.next_deadline() <= clock.now:
-                    return 0.0
-                self._busy += 1  # the pass of trio's loop this step stands for
-                step(runner, runq[0])
-            else:
-                # Something the decision ran (an invariant setting an Event) may have
-                # made another task runnable: trio would run it in the same batch.
-                if runq or not may_step(runner):
-                    break
-                self._busy += 1  # the pass of trio's loop this step stands for
-                step(runner, task, _WOKEN)
-            if runq or self._stopping:
-                return 0.0  # trio's next pass runs what the step made runnable
-            task = self._quiescent(runner.deadlines.next_deadline())
-        if task is not None:
-            trio_internals.wake(task)
-        return 0.0
-
-    def _quiescent(self, deadline: float) -> ll.Task | None:
-        """Decide at quiescence: the parked task chosen, or None when it is done.
-
-        It runs once per decision, so the common case (only parked calls are
-        enabled) is decided here in one frame, and the task chosen returned for
-        ``on_quiescence`` to step; everything else goes to ``_schedule``.
-        """
-        # Everything the hook wakes is the decision itself, never a new choice point.
-        self._releasing = True
-        try:
-            # The busy count is reset by decisions only: a held task released because
-            # nothing else could go (no decision) is still the system keeping busy.
-            if self._stopping:
-                return None
-            clock = self._clock
-            assert clock is not None
-            if deadline <= clock.now:
-                return None  # trio expires it in this very pass; nothing to choose
-            # ``_check_invariants``, inlined: it runs before every decision.
-            for name, check in self._invariants:
-                result = check()
-                if result is not True:
-                    self._violate(name, violation_message(name, result))
-                    return None
-            if self._pending and self._check_eventually():
-                return None
-            parked = self._parked
-            if (
-                not parked
-                or self._held
-                or deadline != INF
-                or self.net.in_flight
-                or self.crashes_left > 0
-                or self.crashed
-                or self._more_faults
-                or self.step >= self.max_steps
-            ):
-                self._schedule(deadline, clock)
-                return None
-            # Only parked tasks are enabled: listed by label, the task chosen woken.
-            if len(parked) == 1:
-                ((task, label),) = parked.items()
-                labels: tuple[str, ...] = (label,)
-            elif len(parked) == 2:
-                (task, label), (other, second) = parked.items()
-                if second < label:
-                    labels = (second, label)
-                    task, other = other, task
-                else:
-                    labels = (label, second)
-            else:
-                items = sorted(parked.items(), key=by_label)
-                labels = tuple([label for _, label in items])
-            self.step = step = self.step + 1
-            if self._watch is not None:
-                self._unwatch()
-            self._busy = 0
-            uniform = self._uniform
-            if uniform is not None:  # RandomWalk.choose, inlined (all weights are 1.0)
-                index = int(uniform() * len(labels)) if len(labels) > 1 else 0
-            else:
-                try:
-                    index = self.strategy.choose(step, labels, None)
-                except DivergenceError as exc:
-                    self.divergence = exc
-                    self._stop("diverged")
-                    return None
-            self.records.append(("decision", step, clock.now, "schedule", labels, index))
-            if len(labels) == 2:
-                task = (task, other)[index]
-            elif len(labels) > 2:
-                task = items[index][0]
-            del parked[task]
-            return task
-        except BaseException as exc:
-            self.error = exc
-            self._stop("error")
-            return None
-        finally:
-            self._releasing = False
-
-    def _schedule(self, deadline: float, clock: VirtualClock) -> float:
-        """Held tasks, messages, timers or faults are enabled, or nothing is."""
-        if self._held:
-            return self._schedule_held(deadline, clock)
-        if self.step >= self.max_steps:
-            self._stop("bound")
-            return 0.0
-        options = self._options(deadline)
-        if not options:
-            self._end_quiescent()
-            return 0.0
-        labels = tuple([o[0] for o in options])
-        weights: list[float] | None = None
-        for o in options:
-            if o[1] != 1.0:
-                weights = [o[1] for o in options]
-                break
-        # ``_decide`` and ``_perform``, inlined (the kernel is already releasing).
-        self.step = step = self.step + 1
-        if self._watch is not None:
-            self._unwatch()
-        self._busy = 0
-        try:
-            index = self.strategy.choose(step, labels, weights)
-        except DivergenceError as exc:
-            self.divergence = exc
-            self._stop("diverged")
-            return 0.0
-        self.records.append(("decision", step, clock.now, "schedule", labels, index))
-        self._perform_option(options[index], clock)
-        if self.calm_at is None and self._eventually:
-            self._note_calm()
-        return 0.0
-
-    def _decide(self, labels: list[str], weights: list[float] | None) -> int:
-        """Ask the strategy and record the decision; -1 when the replay diverged."""
-        self.step += 1
-        if self._watch is not None:
-            self._unwatch()
-        self._busy = 0
-        try:
-            index = self.strategy.choose(self.step, labels, weights)
-        except DivergenceError as exc:
-            self.divergence = exc
-            self._stop("diverged")
-            return -1
-        self.records.append(("decision", self.step, self.now, "schedule", tuple(labels), index))
-        return index
-
-    def _perform(self, option: tuple[str, float, int, Any], clock: VirtualClock) -> None:
-        releasing, self._releasing = self._releasing, True
-        try:
-            self._perform_option(option, clock)
-        finally:
-            self._releasing = releasing
-        if self.calm_at is None and self._eventually:
-            self._note_calm()
-
-    def _perform_option(self, option: tuple[str, float, int, Any], clock: VirtualClock) -> None:
-        kind, target = option[2], option[3]
-        if kind == HELD:
-            del self._held[target]
-            trio_internals.release(target)
-        elif kind == TASK:
-            del self._parked[target]
-            trio_internals.wake(target)
-        elif kind == TIMER:
-            clock.now = target
-        elif kind == DELIVER:
-            self.net.deliver(target)
-        elif kind == DROP:
-            self.drops_left -= 1
-            self.spend_link(target.source, target.dest, drops=True)
-            self.net.drop(target)
-        elif kind == DUP:
-            self.dups_left -= 1
-            self.spend_link(target.source, target.dest, drops=False)
-            self.net.duplicate(target)
-        elif kind == CRASH:
-            self.crashes_left -= 1
-            if target.name in self._process_crashes:
-                self._process_crashes[target.name] -= 1
-            self._bury(target.crash())
-        elif kind == CALL_FAULT:
-            task, fault = target
-            service = self._calling[task]
-            self._service_faults[service][fault] -= 1
-            self._recount_faults()
-            self._call_fault[task] = fault
-            del self._parked[task]
-            trio_internals.wake(task)
-        elif kind == PARTITION:
-            self.partitions_left -= 1
-            self._recount_faults()
-            self._partition(target)
-        elif kind == RESTART:
-            assert self._nursery is not None
-            target.restart(self._nursery)
 
     async def _keep(self) -> None:
         """Hold the run open until ``_stop``: the task running ``run`` waits here,
