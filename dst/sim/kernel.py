@@ -180,10 +180,7 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
         if not options:
             raise ValueError(f"choose({label!r}) needs at least one option")
         labels = [f"{label}:{o}" for o in options]
-        self.step += 1
-        if self._watch is not None:
-            self._unwatch()
-        self._busy = 0
+        self._next_step()
         try:
             index = self.strategy.choose(self.step, labels, None)
         except DivergenceError as exc:

@@ -222,12 +222,17 @@ class Scheduler(SimState):
             self._note_calm()
         return 0.0
 
-    def _decide(self, labels: list[str], weights: list[float] | None) -> int:
-        """Ask the strategy and record the decision; -1 when the replay diverged."""
+    def _next_step(self) -> int:
+        """Start a decision: count it, and end the busy watch (the hot paths inline this)."""
         self.step += 1
         if self._watch is not None:
             self._unwatch()
         self._busy = 0
+        return self.step
+
+    def _decide(self, labels: list[str], weights: list[float] | None) -> int:
+        """Ask the strategy and record the decision; -1 when the replay diverged."""
+        self._next_step()
         try:
             index = self.strategy.choose(self.step, labels, weights)
         except DivergenceError as exc:
