@@ -23,14 +23,22 @@ final, shrunk example.
 Options are drawn with the fault plan's weights, as the random walk draws
 them (a crash at weight 0.05 is as rare here as in ``dst run``), as one
 integer per decision, which Hypothesis shrinks towards the first option.
+
+Once a test has failed, Hypothesis traces every line each later example runs
+(its *explain* phase), to say which lines only failing examples ran.  Inside a
+drawn run those lines are the kernel's and the runtime's, thousands per run,
+and tracing them made every shrinking step several times slower; the run's
+trace says what happened instead.  So while a drawn run simulates, that
+tracer (and only that one: a coverage tool's is left alone) is paused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,7 +138,8 @@ def runs(scenario: Scenario | str, config: Mapping[str, Any] | None = None, *,
     @st.composite
     def one_run(draw: Any) -> DrawnRun:
         drawn = _Drawn(draw)
-        result = run_one(scen, cfg, 0, strategy=lambda _seed: drawn)
+        with _explain_tracer_paused():
+            result = run_one(scen, cfg, 0, strategy=lambda _seed: drawn)
         path: Path | None = None
         if result.violated:
             trace = result.trace()
@@ -142,6 +151,49 @@ def runs(scenario: Scenario | str, config: Mapping[str, Any] | None = None, *,
         return run
 
     return one_run()
+
+
+#: The module of the tracer Hypothesis's explain phase installs (``Tracer``).
+_EXPLAIN_TRACER = "hypothesis.internal.scrutineer"
+
+
+@contextlib.contextmanager
+def _explain_tracer_paused() -> Iterator[None]:
+    """Without Hypothesis's explain-phase tracer, if it is the one installed.
+
+    On Python 3.11 it is the thread's ``sys.settrace`` function; from 3.12 on,
+    Hypothesis registers it with ``sys.monitoring`` as the tool "scrutineer".
+    Any other tracer (coverage.py, a debugger) keeps tracing the run.
+    """
+    tracer = sys.gettrace()
+    if type(getattr(tracer, "__self__", None)).__module__ == _EXPLAIN_TRACER:
+        sys.settrace(None)
+        try:
+            yield
+        finally:
+            sys.settrace(tracer)
+        return
+    monitoring: Any = getattr(sys, "monitoring", None)
+    tool = _monitoring_tool(monitoring)
+    if tool is None:
+        yield
+        return
+    events = monitoring.get_events(tool)
+    monitoring.set_events(tool, 0)
+    try:
+        yield
+    finally:
+        monitoring.set_events(tool, events)
+
+
+def _monitoring_tool(monitoring: Any) -> int | None:
+    """The ``sys.monitoring`` tool id Hypothesis's explain phase holds, if any."""
+    if monitoring is None:
+        return None
+    for tool in range(6):  # the ids sys.monitoring hands out to tools
+        if monitoring.get_tool(tool) == "scrutineer":
+            return tool
+    return None
 
 
 def _file_of(scenario: Scenario) -> str | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -81,3 +83,60 @@ def test_drawn_runs_find_each_planted_approval_bug(
 def test_hypothesis_finds_the_lost_update_under_at_least_19_of_20_seeds(tmp_path: Path) -> None:
     found = sum(_lost_update_test(tmp_path / str(k), k) is not None for k in range(20))
     assert found >= 19, f"found under {found} of 20 Hypothesis seeds"
+
+
+def _tracer_recording_scenario(seen: list[object]) -> Any:
+    """Two workers racing on a store; each records the trace function it runs under."""
+    from dst import Env
+
+    from .simkit import inline
+
+    def setup(sim: Any, _config: dict[str, Any]) -> None:
+        sim.store("db")
+
+        async def worker(env: Env) -> None:
+            seen.append(sys.gettrace())
+            for i in range(3):
+                await env.store.put(f"k{i}", i)
+
+        sim.process("a", worker, stores=["db"])
+        sim.process("b", worker, stores=["db"])
+
+    return inline(setup)
+
+
+def _always_failing(scenario: Any, tmp_path: Path) -> None:
+    @seed(0)
+    @settings(database=None, deadline=None, max_examples=5,
+              suppress_health_check=list(HealthCheck))
+    @given(runs(scenario, out=tmp_path))
+    def test_fails(run: DrawnRun) -> None:
+        raise AssertionError("always")
+
+    with pytest.raises(AssertionError):
+        test_fails()
+
+
+def test_shrinking_a_drawn_run_does_not_trace_the_simulation(tmp_path: Path) -> None:
+    """After a failure Hypothesis traces every line of each example (its explain phase);
+    inside a drawn run that would be every line of the kernel and the runtime."""
+    seen: list[object] = []
+    _always_failing(_tracer_recording_scenario(seen), tmp_path)
+    assert len(seen) > 10  # generated, then shrunk: many runs, most after the failure
+    owners = {type(getattr(t, "__self__", t)).__module__ for t in seen}
+    assert not any(m.startswith("hypothesis") for m in owners), owners
+
+
+def test_a_coverage_tool_s_tracer_still_traces_a_drawn_run(tmp_path: Path) -> None:
+    seen: list[object] = []
+
+    def user_tracer(frame: Any, event: str, arg: Any) -> None:
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(user_tracer)
+    try:
+        _always_failing(_tracer_recording_scenario(seen), tmp_path)
+    finally:
+        sys.settrace(previous)
+    assert seen and all(t is user_tracer for t in seen)

@@ -168,8 +168,7 @@ class Liveness(SimState):
 def _waits_for_mail(task: ll.Task, inc: Incarnation) -> bool:
     """Blocked in ``env.net.recv()``: waiting on the world, which is idle, not stuck."""
     lot = inc._mail_lot  # made on the first receive: none yet, nobody waits
-    return (lot is not None and lot.statistics().tasks_waiting > 0
-            and waits_in(task, _RECV))
+    return lot is not None and bool(lot) and waits_in(task, _RECV)  # bool: any parked
 
 
 #: What a task waiting for mail waits in.
