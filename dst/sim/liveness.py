@@ -168,7 +168,7 @@ class Liveness(SimState):
 def _waits_for_mail(task: ll.Task, inc: Incarnation) -> bool:
     """Blocked in ``env.net.recv()``: waiting on the world, which is idle, not stuck."""
     lot = inc._mail_lot  # made on the first receive: none yet, nobody waits
-    return lot is not None and bool(lot) and waits_in(task, _RECV)  # bool: any parked
+    return bool(lot) and waits_in(task, _RECV)  # a lot is true while a task is parked in it
 
 
 #: What a task waiting for mail waits in.
