@@ -110,3 +110,15 @@ class SimServices:
                 sim.fault("service", service, f"{op} took effect; its reply is {seconds:g}s late")
                 await trio.sleep(seconds)
         return json_copy(reply)  # type: ignore[no-any-return]
+
+
+def sever(env: object) -> None:
+    """Cut a finished run's ``Env`` off from its ``Sim``.
+
+    Code under test often keeps its ``Env`` in objects that refer to each
+    other (an orchestrator and its agent); such a cycle would otherwise hold the
+    whole run (its records, stores and world) until the cyclic collector runs.
+    """
+    for handle in (env.net, env.services, *env.stores.values()):  # type: ignore[attr-defined]
+        if isinstance(handle, (SimStoreHandle, SimTransport, SimServices)):
+            handle._sim = None  # type: ignore[assignment]

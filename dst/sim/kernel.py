@@ -50,6 +50,7 @@ from ..errors import DivergenceError, ProcessCrashed
 from . import trio_internals
 from .busy import BusyWatch
 from .clock import VirtualClock
+from .env import sever
 from .faults import SERVICE_FAULTS
 from .findings import Findings
 from .injection import FaultInjection
@@ -383,6 +384,15 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
             for proc in self.processes.values():
                 proc.release()
             self.net.sim = None  # type: ignore[assignment]
+            # The scenario's callables hold its world, and a world's fakes hold this
+            # Sim: drop them, so the run is freed by refcounting, not the collector.
+            self.services.clear()
+            self._invariants.clear()
+            self._end_checks.clear()
+            self._eventually.clear()
+            for env in self._envs:
+                sever(env)
+            self._envs.clear()
 
 
 

@@ -130,7 +130,7 @@ class Process:
 
     def _make_env(self, inc: Incarnation) -> Env:
         sim = self.sim
-        return Env(
+        env = Env(
             name=self.name,
             clock=_CLOCK,
             net=SimTransport(sim, inc),
@@ -138,6 +138,8 @@ class Process:
             rng=SeededOnFirstUse(f"dst/{sim.seed}/{self.name}/{inc.number}"),
             stores={n: SimStoreHandle(sim, sim.stores[n], inc) for n in self.store_names},
         )
+        sim._envs.append(env)
+        return env
 
     def start(self, nursery: trio.Nursery) -> None:
         inc = self.live
@@ -184,6 +186,7 @@ class Process:
         """
         self.sim = None  # type: ignore[assignment]
         inc = self.live
+        inc.process = None  # type: ignore[assignment]
         inc.env = None
         inc.main_task = None
         inc.scope = None

@@ -24,6 +24,7 @@ from .store import SimStore
 from .strategy import Strategy
 
 if TYPE_CHECKING:
+    from ..env import Env
     from .busy import _DoomWatch, _StepWatch
     from .kernel import Sim
     from .preemption import HoldWatch
@@ -56,6 +57,8 @@ class SimState:
         #: Trace records as tuples; rendered to JSON only when asked.
         self.records: list[tuple[Any, ...]] = []
         self.processes: dict[str, Process] = {}
+        #: Every ``Env`` made in this run, severed from it at its end (``Sim.run``).
+        self._envs: list[Env] = []
         self.stores: dict[str, SimStore] = {}
         self.services: dict[str, Callable[[str, Any], Any]] = {}
         self.net = Network(cast("Sim", self))

@@ -124,7 +124,12 @@ def _park(abort: Callable[[Any], trio.lowlevel.Abort]) -> Generator[Any, Any, An
     sent = yield msg
     if type(sent) is outcome.Value:
         return sent.value  # what ``unwrap`` returns; nothing else reads this outcome
-    return sent.unwrap()
+    try:
+        return sent.unwrap()
+    finally:
+        # Not kept in this frame, which the error's traceback holds: that cycle
+        # (exception, traceback, frame, outcome) would wait for the collector.
+        del sent
 
 
 def waiting(abort: Callable[[Any], trio.lowlevel.Abort]) -> Any:
@@ -144,7 +149,12 @@ def park_as(msg: Any) -> Generator[Any, Any, Any]:
     sent = yield msg
     if type(sent) is outcome.Value:
         return sent.value
-    return sent.unwrap()
+    try:
+        return sent.unwrap()
+    finally:
+        # Not kept in this frame, which the error's traceback holds: that cycle
+        # (exception, traceback, frame, outcome) would wait for the collector.
+        del sent
 
 
 #: Whether :func:`waiting` and :func:`park_as` may be used (trio has the message class).
