@@ -147,6 +147,49 @@ def test_crashes_restarts_and_preemption_give_the_same_traces_both_ways(
     assert any('"crash"' in t for t in in_place) and any('"restart"' in t for t in in_place)
 
 
+def test_drops_duplicates_and_unawaited_deliveries_are_decided_without_an_empty_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A decision that makes nothing runnable is followed by the next one at once.
+
+    Under trio's loop such a decision leaves an empty pass, which only asks the
+    hook again; taken in place it costs nothing, and the trace is the same.
+    """
+    plan = FaultPlan(max_drops=2, max_dups=2)
+    empty = [0]
+    real_pass = Sim.loop_pass
+
+    def counting_pass(self: Sim, batch: Any = None) -> None:
+        empty[0] += not batch
+        real_pass(self, batch)
+
+    monkeypatch.setattr(Sim, "loop_pass", counting_pass)
+
+    def setup(sim: Sim, config: dict[str, Any]) -> None:
+        async def sender(env: Env) -> None:
+            for n in range(4):
+                await env.net.send("sink", {"n": n})
+
+        async def sink(env: Env) -> None:
+            await trio.sleep(1)  # nobody receives while the first messages arrive
+            while True:
+                await env.net.recv()
+
+        sim.process("sender", sender)
+        sim.process("sink", sink, idle=True)
+
+    scenario = inline(setup, faults=plan)
+    in_place = _traces(scenario, {}, range(30))
+    empty_in_place, empty[0] = empty[0], 0
+    with monkeypatch.context() as patch:
+        patch.setattr(trio_internals, "STEP", False)
+        by_trio = _traces(scenario, {}, range(30))
+    assert in_place == by_trio
+    assert any('"drop"' in t for t in in_place) and any('"dup"' in t for t in in_place)
+    assert empty[0] > 30  # under trio's loop: an empty pass after each such decision
+    assert empty_in_place == 0
+
+
 def test_a_keyboard_interrupt_pending_is_left_to_trio(monkeypatch: pytest.MonkeyPatch) -> None:
     """``may_step`` refuses while trio has a KeyboardInterrupt to deliver, a call in its
     entry queue, a task waiting on a file descriptor, a ``wait_all_tasks_blocked``

@@ -67,8 +67,9 @@ class Scheduler(SimState):
         a message handed to a waiting receiver, a held task let go) and trio's
         next pass would do nothing but step it (no deadline due, nothing for its
         I/O poll to find: ``trio_internals.may_step``), the hook steps it here,
-        as trio's loop would; when that step leaves nothing runnable either, it
-        decides again at once, as trio's next pass would have asked it to.  The
+        as trio's loop would; when that step (or the decision itself) leaves
+        nothing runnable, it decides again at once, as trio's next pass would
+        have asked it to.  The
         decisions and their order are the same, without a pass of trio's loop
         each.  After ``_IN_PLACE`` steps in a row trio's loop gets its pass.
         """
@@ -83,8 +84,11 @@ class Scheduler(SimState):
         for _ in range(_IN_PLACE):
             if task is None:
                 # The decision (if any) was performed by ``_schedule``: step here only
-                # the one task it made runnable, when no deadline is due.
-                if (len(runq) != 1 or self._stopping or self._busy + 1 >= BUSY_PASSES
+                # the one task it made runnable, when no deadline is due.  A decision
+                # that made nothing runnable (a drop, a duplicate, a message nobody
+                # waits for yet) leaves trio an empty pass, which would only ask
+                # again: that pass is counted here and the next decision taken.
+                if (len(runq) > 1 or self._stopping or self._busy + 1 >= BUSY_PASSES
                         or not may_step(runner)):
                     return 0.0
                 clock = self._clock
@@ -92,7 +96,8 @@ class Scheduler(SimState):
                 if runner.deadlines.next_deadline() <= clock.now:
                     return 0.0
                 self._busy += 1  # the pass of trio's loop this step stands for
-                step(runner, runq[0])
+                if runq:
+                    step(runner, runq[0])
             else:
                 # Something the decision ran (an invariant setting an Event) may have
                 # made another task runnable: trio would run it in the same batch.

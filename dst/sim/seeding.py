@@ -84,4 +84,8 @@ def _become_seeded(rng: random.Random) -> None:
     text = rng.__dict__.pop("_text", None)
     rng.__class__ = random.Random
     if text is not None:
-        random.Random.seed(rng, text)
+        # ``random.Random.seed(rng, text)``, as :func:`seeded` does it: without the
+        # Python layer (and the guard's trap on it, which only seeding from None needs).
+        data = text.encode()
+        _seed_state(rng, int.from_bytes(data + sha512(data).digest(), "big"))
+        rng.gauss_next = None
