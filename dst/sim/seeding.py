@@ -88,4 +88,4 @@ def _become_seeded(rng: random.Random) -> None:
         # Python layer (and the guard's trap on it, which only seeding from None needs).
         data = text.encode()
         _seed_state(rng, int.from_bytes(data + sha512(data).digest(), "big"))
-        rng.gauss_next = None
+        rng.gauss_next = None  # type: ignore[attr-defined]
