@@ -123,7 +123,9 @@ class BusyWatch(SimState):
             self._stop("bound")
             return
         ahead = ll.current_statistics().seconds_to_next_deadline
-        options = self._options(clock.now + ahead if not math.isinf(ahead) else INF)
+        # trio's next deadline, or a task asleep in ``env.clock.sleep`` (the kernel's).
+        deadline = self._soonest(clock.now + ahead if not math.isinf(ahead) else INF)
+        options = self._options(deadline)
         if options:
             labels = [o[0] for o in options]
             weights = [o[1] for o in options] if any(o[1] != 1.0 for o in options) else None

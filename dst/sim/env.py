@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..env import Json, Message, ServiceUnavailable
+from .active import ACTIVE
 from .values import json_copy
+
+_INF = float("inf")
 
 if TYPE_CHECKING:
     from .kernel import Sim
@@ -17,12 +20,20 @@ if TYPE_CHECKING:
 
 
 class SimClock:
-    """Virtual time; a sleep is a trio deadline whose firing the scheduler chooses."""
+    """Virtual time; when a sleep ends is the timer decision the scheduler makes."""
 
     def now(self) -> float:
         return trio.current_time()
 
     async def sleep(self, seconds: float) -> None:
+        if ACTIVE and seconds > 0:
+            now = trio.current_time()
+            wake_at = now + seconds
+            if now < wake_at < _INF:
+                await ACTIVE[-1].sleep_until(wake_at)
+                return
+        # Zero, negative, NaN, for ever, too short to move the clock: trio's own
+        # sleep says what each means (a checkpoint, an error, a wait for ever).
         await trio.sleep(seconds)
 
 

@@ -48,6 +48,7 @@ import trio.lowlevel as ll
 
 from ..errors import DivergenceError, ProcessCrashed
 from . import trio_internals
+from .active import ACTIVE as ACTIVE  # re-exported: where the run in progress is found
 from .busy import BusyWatch
 from .clock import VirtualClock
 from .env import sever
@@ -73,9 +74,6 @@ class RunStopped(BaseException):
     when a replay diverges."""
 
 
-#: The run currently executing in this thread (set while its tasks run), for
-#: the structlog processor and the guard, which have no other way to find it.
-ACTIVE: list[Sim] = []
 
 
 def canonical(value: object) -> str:

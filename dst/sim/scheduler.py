@@ -54,6 +54,57 @@ class Scheduler(SimState):
     #: ``Sim.run``): the common case then draws without calling ``choose``.
     _uniform: Callable[[], float] | None = None
 
+    #: Tasks asleep in ``env.clock.sleep``, each with the time it wakes at (made
+    #: on the first sleep of a run): see :meth:`sleep_until`.
+    _sleepers: dict[ll.Task, float] | None = None
+
+    async def sleep_until(self, wake_at: float) -> None:
+        """Sleep until ``wake_at`` (later than now): what ``env.clock.sleep`` does.
+
+        ``trio.sleep_until`` would open a cancel scope with that deadline and
+        wake the task by cancelling it when trio's loop expires the deadline:
+        several times the cost of a choice point.  Here the task parks and the
+        kernel keeps its time; the timer option is the sooner of trio's next
+        deadline and the first of these times, labelled as trio's would be, and
+        performing it wakes every sleeper due (trio's next pass runs them).  A
+        cancellation or a crash aborts the sleep as it would trio's.  The frame
+        holds ``wake_at``, so the explorer's key reads it as it read the deadline
+        of trio's scope.
+        """
+        task = ll.current_task()
+        sleepers = self._sleepers
+        if sleepers is None:
+            sleepers = self._sleepers = {}
+        sleepers[task] = wake_at
+
+        def abort(_: object) -> ll.Abort:
+            sleepers.pop(task, None)
+            return ll.Abort.SUCCEEDED
+
+        await trio_internals.park(abort)
+
+    def _soonest(self, deadline: float) -> float:
+        """The sooner of trio's ``deadline`` and the first sleeper's time."""
+        sleepers = self._sleepers
+        if sleepers:
+            first = min(sleepers.values())
+            if first < deadline:
+                return first
+        return deadline
+
+    def _next_deadline(self, runner: Any) -> float:
+        """When the next timer fires: trio's next deadline or a sleeper's."""
+        deadline: float = runner.deadlines.next_deadline()
+        return self._soonest(deadline) if self._sleepers else deadline
+
+    def _wake_sleepers(self, now: float) -> None:
+        """Wake every sleeper due at ``now``, as trio's expiry of their deadlines would."""
+        sleepers = self._sleepers
+        assert sleepers is not None
+        for task in [t for t, at in sleepers.items() if at <= now]:
+            del sleepers[task]
+            trio_internals.wake(task)
+
 
     def on_quiescence(self, deadline: float) -> float:
         """Every task is blocked: check, choose one option, perform it.
@@ -73,6 +124,8 @@ class Scheduler(SimState):
         decisions and their order are the same, without a pass of trio's loop
         each.  After ``_IN_PLACE`` steps in a row trio's loop gets its pass.
         """
+        if self._sleepers:
+            deadline = self._soonest(deadline)
         task = self._quiescent(deadline)
         if not trio_internals.STEP:
             if task is not None:
@@ -93,7 +146,7 @@ class Scheduler(SimState):
                     return 0.0
                 clock = self._clock
                 assert clock is not None
-                if runner.deadlines.next_deadline() <= clock.now:
+                if self._next_deadline(runner) <= clock.now:
                     return 0.0
                 self._busy += 1  # the pass of trio's loop this step stands for
                 if runq:
@@ -107,7 +160,7 @@ class Scheduler(SimState):
                 step(runner, task, _WOKEN)
             if runq or self._stopping:
                 return 0.0  # trio's next pass runs what the step made runnable
-            task = self._quiescent(runner.deadlines.next_deadline())
+            task = self._quiescent(self._next_deadline(runner))
         if task is not None:
             trio_internals.wake(task)
         return 0.0
@@ -124,10 +177,17 @@ class Scheduler(SimState):
         try:
             # The busy count is reset by decisions only: a held task released because
             # nothing else could go (no decision) is still the system keeping busy.
-            if self._stopping:
-                return None
             clock = self._clock
             assert clock is not None
+            if self._stopping:
+                if clock.now < deadline < INF:
+                    # Nothing runs, yet a task still sleeps: one in a shielded scope,
+                    # which the end of the run cannot cancel.  Time goes on to its
+                    # deadline (no decision: the run has stopped) so that it finishes.
+                    clock.now = deadline
+                    if self._sleepers:
+                        self._wake_sleepers(deadline)
+                return None
             if deadline <= clock.now:
                 return None  # trio expires it in this very pass; nothing to choose
             # ``_check_invariants``, inlined: it runs before every decision.
@@ -266,6 +326,8 @@ class Scheduler(SimState):
             trio_internals.wake(target)
         elif kind == TIMER:
             clock.now = target
+            if self._sleepers:
+                self._wake_sleepers(target)
         elif kind == DELIVER:
             self.net.deliver(target)
         elif kind == DROP:
