@@ -92,11 +92,6 @@ class Scheduler(SimState):
                 return first
         return deadline
 
-    def _next_deadline(self, runner: Any) -> float:
-        """When the next timer fires: trio's next deadline or a sleeper's."""
-        deadline: float = runner.deadlines.next_deadline()
-        return self._soonest(deadline) if self._sleepers else deadline
-
     def _wake_sleepers(self, now: float) -> None:
         """Wake every sleeper due at ``now``, as trio's expiry of their deadlines would."""
         sleepers = self._sleepers
@@ -146,7 +141,10 @@ class Scheduler(SimState):
                     return 0.0
                 clock = self._clock
                 assert clock is not None
-                if self._next_deadline(runner) <= clock.now:
+                due = runner.deadlines.next_deadline()
+                if self._sleepers:
+                    due = self._soonest(due)
+                if due <= clock.now:
                     return 0.0
                 self._busy += 1  # the pass of trio's loop this step stands for
                 if runq:
@@ -160,7 +158,8 @@ class Scheduler(SimState):
                 step(runner, task, _WOKEN)
             if runq or self._stopping:
                 return 0.0  # trio's next pass runs what the step made runnable
-            task = self._quiescent(self._next_deadline(runner))
+            due = runner.deadlines.next_deadline()
+            task = self._quiescent(self._soonest(due) if self._sleepers else due)
         if task is not None:
             trio_internals.wake(task)
         return 0.0
