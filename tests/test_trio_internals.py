@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
@@ -234,3 +236,171 @@ def test_an_instrument_that_raises_is_disabled_and_logged_as_trio_does_it(
     (record,) = caplog.records
     assert "Instrument has been disabled" in record.getMessage()
     assert record.exc_info is not None and "an instrument's own bug" in str(record.exc_info[1])
+
+
+def _tables() -> tuple[Any, Any]:
+    """trio's own table of instruments and dst's, both empty."""
+    from trio._core._instrumentation import Instruments
+
+    from dst.sim import trio_internals as ti
+
+    return Instruments([]), ti._DictInstruments(Instruments([]).data)
+
+
+def _contents(table: Any) -> dict[str, list[object]]:
+    """The table's instruments by hook; for dst's, checked against the methods it calls."""
+    contents = {hook: list(on) for hook, on in table.data.items()}
+    calls = getattr(table, "_calls", None)
+    if calls is not None:
+        assert {hook: [i for i, _ in pairs] for hook, pairs in calls.items()} == {
+            hook: on for hook, on in contents.items() if hook != "_all"}
+    return contents
+
+
+def test_the_dict_table_adds_and_removes_exactly_as_trio_does() -> None:
+    """Same hooks for the same instruments (inherited hooks skipped, a hook named
+    twice by ``__dir__`` counted once, one whose hook cannot be looked up undone),
+    in the same order."""
+
+    class Stepper(trio.abc.Instrument):
+        def before_task_step(self, task: trio.lowlevel.Task) -> None: ...
+        def after_task_step(self, task: trio.lowlevel.Task) -> None: ...
+
+    class Twice(trio.abc.Instrument):
+        def __init__(self) -> None:
+            self.task_scheduled = lambda task: None  # type: ignore[method-assign]
+
+        def __dir__(self) -> list[str]:
+            return ["task_scheduled", "task_scheduled", "before_run", "_private", "unknown"]
+
+    class Broken(trio.abc.Instrument):
+        def task_exited(self, task: trio.lowlevel.Task) -> None: ...
+
+        def __getattribute__(self, name: str) -> object:
+            if name == "task_spawned":
+                raise RuntimeError("no such luck")
+            return super().__getattribute__(name)
+
+    stepper, twice, other, broken = Stepper(), Twice(), Stepper(), Broken()
+    theirs, ours = _tables()
+    for table in (theirs, ours):
+        table.add_instrument(stepper)
+        table.add_instrument(twice)
+        table.add_instrument(other)
+        table.add_instrument(stepper)  # already there: nothing
+        with pytest.raises(RuntimeError, match="no such luck"):
+            table.add_instrument(broken)
+    assert _contents(ours) == _contents(theirs)
+    assert _contents(ours)["task_scheduled"] == [twice]
+    assert _contents(ours)["before_task_step"] == [stepper, other]
+    for table in (theirs, ours):
+        table.remove_instrument(stepper)
+        with pytest.raises(KeyError):
+            table.remove_instrument(stepper)
+        table.add_instrument(stepper)  # now after the other
+        table.remove_instrument(twice)
+    assert _contents(ours) == _contents(theirs)
+    assert _contents(ours)["before_task_step"] == [other, stepper]
+    assert "task_scheduled" not in ours
+
+
+def _churn(table: Any) -> list[tuple[str, object]]:
+    """Three calls of ``task_scheduled`` and one of ``after_run`` while instruments come and go."""
+    log: list[tuple[str, object]] = []
+
+    class Rec(trio.abc.Instrument):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def task_scheduled(self, task: object) -> None:
+            log.append((self.name, task))
+
+        def after_run(self) -> None:
+            log.append((self.name, "after_run"))
+
+    a, b, c = Rec("a"), Rec("b"), Rec("c")
+
+    class Churner(Rec):
+        def task_scheduled(self, task: object) -> None:
+            log.append((self.name, task))
+            if task == 1:
+                table.remove_instrument(a)  # still called in this call
+                table.add_instrument(c)  # called from the next one
+            if task == 2:
+                raise RuntimeError("churned out")
+
+    for instrument in (Churner("churner"), a, b):
+        table.add_instrument(instrument)
+    for task in (1, 2, 3):
+        table.call("task_scheduled", task)
+    table.call("after_run")
+    assert _contents(table) == {"_all": [b, c], "task_scheduled": [b, c], "after_run": [b, c]}
+    return log
+
+
+def test_the_dict_table_calls_exactly_as_trio_does_while_instruments_come_and_go(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Instruments added or removed during a call change the next call, not this
+    one; one that raises is disabled and logged, and not called again."""
+    for table in _tables():
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="trio.abc.Instrument"):
+            log = _churn(table)
+        assert log == [
+            ("churner", 1), ("a", 1), ("b", 1),
+            ("churner", 2), ("b", 2), ("c", 2),
+            ("b", 3), ("c", 3),
+            ("b", "after_run"), ("c", "after_run"),
+        ], type(table)
+        (record,) = caplog.records
+        assert "Instrument has been disabled" in record.getMessage()
+        assert record.exc_info is not None and "churned out" in str(record.exc_info[1])
+
+
+class _Args(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.log: list[tuple[object, ...]] = []
+
+    def task_scheduled(self, *args: object) -> None:
+        self.log.append(args)
+
+
+def test_the_dict_table_passes_any_number_of_arguments_as_trio_does() -> None:
+    logs = []
+    for table in _tables():
+        instrument = _Args()
+        table.add_instrument(instrument)
+        table.call("task_scheduled")
+        table.call("task_scheduled", None)
+        table.call("task_scheduled", 1, 2)
+        logs.append(instrument.log)
+    assert logs[0] == logs[1] == [(), (None,), (1, 2)]
+
+
+def test_an_instrument_whose_hook_cannot_be_looked_up_again_keeps_trios_table() -> None:
+    """The dict table looks up the hooks of the instruments given to ``trio.run``
+    once more; if that fails, trio's own table stays (and disables it at its call)."""
+    from trio._core._instrumentation import Instruments
+
+    from dst.sim import trio_internals as ti
+
+    class Fickle(trio.abc.Instrument):
+        fickle = False
+
+        def __getattribute__(self, name: str) -> object:
+            if name == "task_spawned" and Fickle.fickle:
+                raise RuntimeError("not any more")
+            return super().__getattribute__(name)
+
+        def task_spawned(self, task: trio.lowlevel.Task) -> None: ...
+
+    kinds: list[type] = []
+
+    async def main() -> None:
+        Fickle.fickle = True
+        ti.fast_instruments()
+        kinds.append(type(ti.RUN_CONTEXT.runner.instruments))
+
+    trio.run(main, instruments=[Fickle()])
+    assert kinds == [Instruments]

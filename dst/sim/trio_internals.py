@@ -198,6 +198,10 @@ wake: Callable[[trio.lowlevel.Task], None] = (
 _instrumentation: Any = getattr(getattr(trio, "_core", None), "_instrumentation", None)
 _Instruments: Any = getattr(_instrumentation, "Instruments", None)
 _INSTRUMENT_LOGGER: Any = getattr(_instrumentation, "INSTRUMENT_LOGGER", None)
+_Instrument = trio.abc.Instrument
+
+#: ``call``'s default for its first argument: trio called the hook with none.
+_NO_ARGUMENT: Any = object()
 
 
 class _DictInstruments(dict):  # type: ignore[type-arg]
@@ -206,34 +210,107 @@ class _DictInstruments(dict):  # type: ignore[type-arg]
     trio asks ``"before_task_step" in runner.instruments`` (and the same of
     three other hooks) on every pass of its loop and every task step; its
     table is a ``UserDict``, so each of those questions is a Python call.
-    This table holds the same entries and answers in C; ``add_instrument`` and
-    ``remove_instrument`` are trio's own, reading ``data``; ``call`` is trio's,
-    reading the table itself.
+    This table holds the same entries and answers in C.
+
+    ``call`` runs about 30 times a seed and ``add_instrument`` and
+    ``remove_instrument`` twice each (the preemption and crash watches come
+    and go with each run), so all three are trio's own, made cheaper:
+
+    * they read the table itself, not ``data`` (a Python property);
+    * ``_calls`` keeps, for each hook, its instruments in the table's order
+      with the hook method ``add_instrument`` looked up when it added them,
+      where trio's ``call`` copies the hook's instruments to a list and looks
+      each method up again on every call.  Adding and removing update the
+      tuple, so a call sees exactly the instruments trio's would; one added or
+      removed during a call changes the next call, not this one, as in trio.
+      The one difference: an instrument that reassigns its own hook method
+      while installed is not seen doing so (trio itself decides which hooks
+      an instrument has only when it is added);
+    * the one-argument hooks (all but ``before_run`` and ``after_run``) are
+      called without packing and unpacking an argument tuple.
+
+    An instrument that raises is disabled and logged as trio does it.
     """
 
-    __slots__ = ()
+    __slots__ = ("_calls",)
+
+    def __init__(self, table: dict[str, dict[Any, None]]) -> None:
+        super().__init__(table)
+        self._calls: dict[str, tuple[tuple[Any, Callable[..., object]], ...]] = {
+            hookname: tuple([(instrument, getattr(instrument, hookname))
+                             for instrument in instruments])
+            for hookname, instruments in table.items() if hookname != "_all"
+        }
 
     @property
     def data(self) -> dict[str, Any]:
         return self
 
-    if _Instruments is not None:
-        add_instrument = _Instruments.add_instrument
-        remove_instrument = _Instruments.remove_instrument
-
-        def call(self, hookname: str, *args: object) -> None:
-            """trio's ``call``, reading the table directly (trio's goes through ``data``).
-
-            An instrument that raises is disabled and logged as trio does it.
-            """
-            for instrument in list(self[hookname]):
+    def add_instrument(self, instrument: Any) -> None:
+        """trio's ``Instruments.add_instrument``, keeping ``_calls``."""
+        everything = self["_all"]
+        if instrument in everything:
+            return
+        everything[instrument] = None
+        try:
+            for name in dir(instrument):
+                if name.startswith("_"):
+                    continue
                 try:
-                    getattr(instrument, hookname)(*args)
+                    prototype = getattr(_Instrument, name)
+                except AttributeError:
+                    continue
+                impl = getattr(instrument, name)
+                if isinstance(impl, types.MethodType) and impl.__func__ is prototype:
+                    continue  # inherited unchanged from trio.abc.Instrument
+                instruments = self.setdefault(name, {})
+                if instrument not in instruments:
+                    instruments[instrument] = None
+                    self._calls[name] = (*self._calls.get(name, ()), (instrument, impl))
+        except:  # trio's own bare except: undo, whatever it was
+            self.remove_instrument(instrument)
+            raise
+
+    def remove_instrument(self, instrument: Any) -> None:
+        """trio's ``Instruments.remove_instrument``, keeping ``_calls``."""
+        self["_all"].pop(instrument)  # KeyError if it is not installed, as in trio
+        calls = self._calls
+        for hookname, instruments in list(self.items()):
+            if instrument in instruments:
+                del instruments[instrument]
+                if instruments:
+                    calls[hookname] = tuple([pair for pair in calls[hookname]
+                                             if pair[0] in instruments])
+                else:
+                    del self[hookname], calls[hookname]
+
+    def call(self, hookname: str, arg: object = _NO_ARGUMENT, /, *args: object) -> None:
+        """trio's ``Instruments.call``: ``hookname(*args)`` on each of the hook's instruments."""
+        if arg is _NO_ARGUMENT:  # before_run, after_run
+            self._call_any(hookname)
+        elif args:  # no trio hook takes more than one argument (yet)
+            self._call_any(hookname, arg, *args)
+        else:
+            for instrument, hook in self._calls[hookname]:
+                try:
+                    hook(arg)
                 except BaseException:
-                    self.remove_instrument(instrument)
-                    _INSTRUMENT_LOGGER.exception(
-                        "Exception raised when calling %r on instrument %r. "
-                        "Instrument has been disabled.", hookname, instrument)
+                    self._disable(hookname, instrument)
+
+    def _call_any(self, hookname: str, *args: object) -> None:
+        """``call`` with any number of arguments."""
+        for instrument, hook in self._calls[hookname]:
+            try:
+                hook(*args)
+            except BaseException:
+                self._disable(hookname, instrument)
+
+    def _disable(self, hookname: str, instrument: Any) -> None:
+        """An instrument raised from its hook: remove it and log it, as trio does."""
+        self.remove_instrument(instrument)
+        _INSTRUMENT_LOGGER.exception(
+            "Exception raised when calling %r on instrument %r. "
+            "Instrument has been disabled.", hookname, instrument)
 
 
 def fast_instruments() -> None:
@@ -242,7 +319,10 @@ def fast_instruments() -> None:
     table = runner.instruments
     if (_Instruments is not None and _INSTRUMENT_LOGGER is not None
             and type(table) is _Instruments):
-        runner.instruments = _DictInstruments(table.data)
+        try:
+            runner.instruments = _DictInstruments(table.data)
+        except Exception:
+            pass  # a hook that cannot be looked up again: trio's table tries it at each call
 
 
 def hold(task: trio.lowlevel.Task) -> bool:
