@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..env import Message
 from .options import DELIVER, DROP, DUP
-from .values import canonical_text, canonical_value
+from .values import canonical_text, fresh_value
 
 if TYPE_CHECKING:
     from .kernel import Sim
@@ -56,11 +56,18 @@ class Network:
         faults = sim.faults
         drops = faulty and sim.drops_left > 0
         dups = faulty and sim.dups_left > 0
+        # Without per-link budgets, ``sim.link_budget`` gives every link the same answer
+        # (``not links_only``): it is asked here once, not for each message.
+        link_drops, link_dups = bool(sim._link_drops), bool(sim._link_dups)
+        if not link_drops:
+            drops = drops and not faults.links_only
+        if not link_dups:
+            dups = dups and not faults.links_only
         for m in self.in_flight.values():
             options.append((m.deliver_label, 1.0, DELIVER, m))
-            if drops and sim.link_budget(m.source, m.dest, drops=True):
+            if drops and (not link_drops or sim.link_budget(m.source, m.dest, drops=True)):
                 options.append((m.drop_label, faults.drop_weight, DROP, m))
-            if dups and sim.link_budget(m.source, m.dest, drops=False):
+            if dups and (not link_dups or sim.link_budget(m.source, m.dest, drops=False)):
                 options.append((m.dup_label, faults.dup_weight, DUP, m))
 
     def cut(self, name: str) -> None:
@@ -76,7 +83,7 @@ class Network:
         if proc is None or proc.state != "running":
             self.sim.fault("lost", m.id, f"{m.dest} is not running")
             return
-        proc.deliver(Message(m.source, canonical_value(m.body)))
+        proc.deliver(Message(m.source, fresh_value(m.body)))
 
     def drop(self, m: InFlight) -> None:
         del self.in_flight[m.id]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .values import canonical_text, canonical_value
+from .values import canonical_text, fresh_value
 
 #: Values of these types are immutable, so they are stored as they are: no
 #: aliasing is possible and the JSON round trip (most of a store call's cost in
@@ -51,7 +51,7 @@ class SimStore:
         raw = self.data.get(key)
         if raw is None or key not in self._texts:
             return raw
-        return canonical_value(raw)
+        return fresh_value(raw)
 
     def view(self, key: str) -> Any:
         """The stored value without copying it: read-only, for hot checks.
@@ -64,7 +64,7 @@ class SimStore:
             return raw
         cached = self._views.get(raw)
         if cached is None:
-            cached = self._views[raw] = canonical_value(raw)
+            cached = self._views[raw] = fresh_value(raw)
         return cached
 
     def copy_from(self, other: SimStore) -> None:
@@ -81,7 +81,7 @@ class SimStore:
         raw = self.data.get(key)  # ``peek``, inlined: one frame less on every read
         if raw is None or key not in self._texts:
             return raw
-        return canonical_value(raw)
+        return fresh_value(raw)
 
     def put(self, key: str, value: Any) -> None:
         self.version += 1

@@ -11,6 +11,9 @@ error is the one ``json`` makes.
 
 ``json.dumps`` with any argument other than its defaults also builds a new
 encoder on each call; the encoders here are built once.
+
+Stores and links keep canonical JSON text; :func:`fresh_value` decodes each
+distinct text once and gives every reader its own copy of the dicts and lists.
 """
 
 from __future__ import annotations
@@ -25,14 +28,29 @@ _make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
 _ascii = json.encoder.encode_basestring_ascii
 
 
+def _encoder(markers: dict[int, Any] | None) -> Any:
+    return _make_encoder(markers, _CANONICAL.default, _ascii, None, ":", ",", True, False, False)
+
+
+#: The C encoder without ``markers`` (the containers being encoded, kept to detect
+#: a cycle): it then holds no state between calls, so one serves them all.
+_unmarked: Any = _encoder(None) if _make_encoder is not None else None
+
+
 def _canonical_text(value: Any) -> str:
     # ``JSONEncoder.encode`` for this encoder, without its two Python frames (and the
     # closure ``iterencode`` defines on every call): the same C encoder, built with
-    # the same arguments (a fresh ``markers`` dict each call, for the circular check).
+    # the same arguments.  A cycle makes the unmarked encoder recurse until
+    # RecursionError; the value is then encoded again as ``encode`` does (a fresh
+    # ``markers`` dict), which raises ``encode``'s error (or, for a value merely
+    # nested too deep, the same RecursionError).
     if isinstance(value, str):
         return _ascii(value)
-    return "".join(_make_encoder({}, _CANONICAL.default, _ascii, None, ":", ",",
-                                 True, False, False)(value, 0))
+    try:
+        return "".join(_unmarked(value, 0))
+    except RecursionError:
+        pass  # outside the handler, so that the error raised has no context
+    return "".join(_encoder({})(value, 0))
 
 
 def _scanner() -> Any:
@@ -60,6 +78,62 @@ def canonical_value(text: str) -> Any:
     return json.loads(text)
 
 
+#: Decoded values by their text, for :func:`fresh_value`: the same few records are
+#: read again and again (by every scan, every delivery, in every seed).  Only
+#: texts shorter than 640 characters, the lowest digit limit Python lets
+#: ``sys.set_int_max_str_digits`` set, are kept: no integer in them can be one
+#: a change of that limit would make ``loads`` refuse.  Cleared when full.
+_MEMO: dict[str, tuple[Any, tuple[Any, ...]]] = {}
+_MEMO_TEXT = 640
+_MEMO_SIZE = 1024
+
+
+def _containers(value: Any) -> tuple[Any, ...]:
+    """Where a decoded dict or list holds dicts or lists: ``(key, their own)`` pairs."""
+    found = []  # a loop, not a generator expression: half the cost
+    for key, item in value.items() if type(value) is dict else enumerate(value):
+        if type(item) is dict or type(item) is list:
+            found.append((key, _containers(item)))
+    return tuple(found)
+
+
+def _thaw(value: Any, inner: tuple[Any, ...]) -> Any:
+    """A copy of every dict and list in ``value`` (``inner`` says where they are)."""
+    out = value.copy()
+    for key, theirs in inner:  # a flat one is copied here: a call less
+        out[key] = _thaw(value[key], theirs) if theirs else value[key].copy()
+    return out
+
+
+def fresh_value(text: str) -> Any:
+    """:func:`canonical_value`, decoding each distinct (short) text only once.
+
+    The decoded value is kept and never handed out: each call gets its own
+    copy of every dict and list in it (the strings and numbers are immutable,
+    so they are shared), which costs a fraction of decoding the text again.
+    """
+    memo = _MEMO.get(text)
+    if memo is None:
+        value = canonical_value(text)
+        if len(text) >= _MEMO_TEXT or (type(value) is not dict and type(value) is not list):
+            return value
+        try:
+            memo = value, _containers(value)
+        except RecursionError:
+            return value
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.clear()
+        _MEMO[text] = memo
+    value, inner = memo
+    if not inner:
+        return value.copy()
+    try:
+        return _thaw(value, inner)
+    except RecursionError:
+        pass  # too deep for this stack: the scanner decides (outside the handler: no context)
+    return canonical_value(text)
+
+
 def _checked() -> Any:
     """The fast encoder when it gives ``encode``'s text for a sample, else ``encode``."""
     sample = {"b": [1, 2.5, None, True, "\u00e9\ud800"], "a": {"z": -3, "y": ""}, "c": "x"}
@@ -84,6 +158,10 @@ class _NotPlain(Exception):
     """A value the round trip would convert (or refuse): the round trip decides."""
 
 
+#: Values of these types are copied as they are (so they need no call of ``_copy``).
+_ATOMS = frozenset((str, float, bool, type(None)))
+
+
 def _copy(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
@@ -91,11 +169,11 @@ def _copy(value: Any) -> Any:
         for key, item in value.items():
             if type(key) is not str:
                 raise _NotPlain  # json turns 1, 1.5, True and None keys into strings
-            out[key] = _copy(item)
+            out[key] = item if type(item) in _ATOMS else _copy(item)
         return out
     if kind is list or kind is tuple:
-        return [_copy(item) for item in value]
-    if kind is str or kind is float or kind is bool or value is None:
+        return [item if type(item) in _ATOMS else _copy(item) for item in value]
+    if kind in _ATOMS:
         return value
     if kind is int and -_BIG < value < _BIG:
         return value
