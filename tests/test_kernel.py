@@ -332,3 +332,38 @@ def test_a_finished_run_is_freed_by_refcounting_without_the_collector() -> None:
     finally:
         if collecting:
             gc.enable()
+
+
+def test_receivers_share_a_mailbox_first_come_first_served_and_a_cancelled_one_leaves() -> None:
+    """A delivery wakes the task of the process that has waited longest in ``recv``; one
+    whose wait was cancelled (a timeout) waits no more, so no message is lost to it."""
+    got: dict[int, list[tuple[str, Any]]] = {}
+
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        mine: list[tuple[str, Any]] = got.setdefault(len(got), [])
+
+        async def server(env: Env) -> None:
+            async def receiver(name: str) -> None:
+                mine.append((name, (await env.net.recv()).body))
+
+            async with trio.open_nursery() as nursery:
+                with trio.move_on_after(1):
+                    await env.net.recv()  # nothing is sent before 5: this wait times out
+                nursery.start_soon(receiver, "first")
+                await trio.sleep(1)
+                nursery.start_soon(receiver, "second")
+
+        async def client(env: Env) -> None:
+            await env.clock.sleep(5)
+            await env.net.send("server", 1)
+            await env.net.send("server", 2)
+
+        sim.process("server", server)
+        sim.process("client", client)
+
+    results = many(inline(setup), range(20))
+    assert all(r.verdict == "pass" and r.ended == "quiescent" for r in results)
+    for seen in got.values():
+        assert [name for name, _ in seen] == ["first", "second"]
+        assert sorted(body for _, body in seen) == [1, 2]
+    assert {seen[0][1] for seen in got.values()} == {1, 2}  # either message may come first

@@ -284,9 +284,9 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
         has exited or crashed (the scheduler may still offer "restart P")."""
         if self._stopping:
             return
-        self._keeper = ll.current_task()
+        self._keeper = _RUN_CONTEXT.task
         try:
-            await ll.wait_task_rescheduled(_abort_ok)
+            await trio_internals.park(_abort_ok)  # woken by ``_stop`` (trio_internals.wake)
         finally:
             self._keeper = None
 
@@ -295,14 +295,19 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
             return
         self._stopping = True
         self.ended = why
+        # First: the hold watch would only be asked about each task woken below, and
+        # hold none of them (the run is stopping).
+        self._end_preemption()
         nursery = self._nursery
         if nursery is not None:
+            # The task running ``run`` is woken, not cancelled: a Cancelled raised in
+            # ``_keep`` would leave the nursery's body with an exception, which trio
+            # describes (two reprs), groups and strips again, all to end as it ends now.
             keeper = self._keeper
-            if not nursery.child_tasks:
-                if keeper is not None:
-                    self._keeper = None
-                    ll.reschedule(keeper)
-            else:
+            if keeper is not None and trio_internals.is_blocked(keeper):
+                self._keeper = None
+                trio_internals.wake(keeper)
+            if nursery.child_tasks:
                 nursery.cancel_scope.cancel()
         # A cancellation does not reach a call parked inside a shielded scope:
         # end those calls too, or the run could never finish.
@@ -313,7 +318,6 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
                 ll.reschedule(task, outcome.Error(RunStopped("the run has stopped")))
         finally:
             self._releasing = releasing
-        self._end_preemption()
 
     def _bury(self, inc: Incarnation) -> None:
         """A crash: end every task of the dead incarnation, wherever it runs.

@@ -20,8 +20,10 @@ import trio
 import trio.lowlevel as ll
 
 from ..env import Env, Message
+from . import trio_internals
 from .env import SimClock, SimServices, SimStoreHandle, SimTransport
 from .seeding import SeededOnFirstUse
+from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
 
 if TYPE_CHECKING:
     from .kernel import Sim
@@ -55,7 +57,7 @@ class Incarnation:
         #: Every task this incarnation started, wherever it runs; they die with it.
         self.tasks: set[ll.Task] = set()
         self.mailbox: deque[Message] = deque()
-        self._mail_lot: ll.ParkingLot | None = None
+        self._mail_lot: _MailLot | None = None
         self.env: Env | None = None
 
     @property
@@ -67,17 +69,55 @@ class Incarnation:
         return self.process.sim
 
     @property
-    def mail_lot(self) -> ll.ParkingLot:
+    def mail_lot(self) -> _MailLot:
         """Where ``receive`` waits; made on first use (most processes never receive)."""
         lot = self._mail_lot
         if lot is None:
-            lot = self._mail_lot = ll.ParkingLot()
+            lot = self._mail_lot = _MailLot()
         return lot
 
     async def receive(self) -> Message:
-        while not self.mailbox:
-            await self.mail_lot.park()
+        if not self.mailbox:
+            # ``ParkingLot.park``, inlined: wait in the lot until a delivery wakes
+            # this task, or a cancellation takes it out of the lot.
+            lot = self._mail_lot
+            if lot is None:
+                lot = self._mail_lot = _MailLot()
+            task = _RUN_CONTEXT.task
+
+            def abort(_: object) -> ll.Abort:
+                del lot[task]
+                return ll.Abort.SUCCEEDED
+
+            while not self.mailbox:  # another receiver may have taken the message
+                lot[task] = None
+                await trio_internals.park(abort)
         return self.mailbox.popleft()
+
+
+class _MailLot(dict):  # type: ignore[type-arg]
+    """The tasks waiting in an incarnation's ``receive``, first come first woken.
+
+    What trio's ``ParkingLot`` does for ``receive`` (a fair queue, left on
+    cancellation), without its generality (counts, reparking, breaking), its
+    KeyboardInterrupt protection and its two coroutine frames per wait: a
+    message is received per delivery, and most runs end with every process
+    waiting here.  True while a task waits (``dst.sim.liveness`` asks).
+    """
+
+    __slots__ = ()
+
+    def unpark(self) -> None:
+        """Wake the task that has waited longest, if any (``ParkingLot.unpark``).
+
+        Only a delivery wakes it, and a delivery is a decision the kernel performs:
+        the wake-up is the decision itself (``trio_internals.wake``), which the
+        preemption instrument would only let go.
+        """
+        if self:
+            task = next(iter(self))
+            del self[task]
+            trio_internals.wake(task)
 
 
 class Process:
