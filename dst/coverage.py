@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -54,21 +53,21 @@ class RunCoverage:
     states: dict[Hashable, int] = field(default_factory=dict)
 
 
-_RUNS: weakref.WeakKeyDictionary[Sim, RunCoverage] = weakref.WeakKeyDictionary()
-
-
 _NOTHING = RunCoverage()
 
 
 def of(sim: Sim) -> RunCoverage:
     """What ``sim``'s run reached (empty, and not to be changed, when it declared nothing)."""
-    return _RUNS.get(sim, _NOTHING)
+    cov = sim._coverage
+    return _NOTHING if cov is None else cov
 
 
 def _own(sim: Sim) -> RunCoverage:
-    cov = _RUNS.get(sim)
+    # Kept on the run itself (a slot): freed with it, and cheaper to reach than
+    # through a weak mapping, once per probe call and once per seed.
+    cov = sim._coverage
     if cov is None:
-        cov = _RUNS[sim] = RunCoverage()
+        cov = sim._coverage = RunCoverage()
     return cov
 
 

@@ -15,6 +15,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MethodType
 from typing import Any, overload
 
 from .errors import UsageError
@@ -302,21 +303,27 @@ class Scenario:
         if self._setup is None:
             raise UsageError(f"scenario {self.name} has no @scenario.setup function")
         world = self._setup(sim, config if isinstance(config, dict) else dict(config))
+        bind = _binder(world)
         for name, fn in self.invariants.items():
-            sim.invariant(name, _bind(fn, world))
+            sim.invariant(name, bind(fn, world))
         for name, fn in self.end_checks.items():
-            sim.at_end(name, _bind(fn, world))
+            sim.at_end(name, bind(fn, world))
         for name, (fn, within) in self.eventual_checks.items():
-            sim.eventually(name, _bind(fn, world), within)
+            sim.eventually(name, bind(fn, world), within)
         if self.fingerprint_of is not None:
             # Taken at every step, so that `dst run` can count the distinct states.
             from .coverage import watch_states
 
-            watch_states(sim, self.name, _bind(self.fingerprint_of, world))
+            watch_states(sim, self.name, bind(self.fingerprint_of, world))
         return world
 
 
-def _bind(fn: Check, world: Any) -> Callable[[], object]:
-    # A partial, not a lambda: it is called after every step, and a partial's
-    # call adds no Python frame of its own.
-    return functools.partial(fn, world)
+def _binder(world: Any) -> Callable[[Check, Any], Callable[[], object]]:
+    """What makes ``fn(world)`` a callable of no arguments, called after every step.
+
+    A bound method, not a lambda or a partial: its call adds no Python frame,
+    and it is the cheapest such callable both to make (once per check per seed)
+    and to call.  A method cannot be bound to None, so a world of None gets
+    partials.
+    """
+    return functools.partial if world is None else MethodType

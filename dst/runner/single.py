@@ -50,15 +50,28 @@ class RunResult:
         return Trace(header, records, footer)
 
 
+_NONE: frozenset[Any] = frozenset()
+
+
 def _result(scenario: Scenario, config: dict[str, Any], sim: Sim) -> RunResult:
     cov = coverage.of(sim)
+    # Positional, in the order of the fields: keyword arguments to a class cost a
+    # dict per call, and this runs once per seed.
     return RunResult(
-        seed=sim.seed, verdict=sim.verdict, violated=list(sim.violated), steps=sim.step,
-        virtual_time=sim.now, ended=sim.ended or "quiescent", sim=sim,
-        scenario=scenario.name, config=config, strategy=sim.strategy.name,
-        divergence=str(sim.divergence) if sim.divergence else None,
-        probes_declared=frozenset(cov.declared), probes_reached=frozenset(cov.reached),
-        states=frozenset(cov.states.values()),
+        sim.seed,  # seed
+        sim.verdict,  # verdict
+        list(sim.violated),  # violated
+        sim.step,  # steps
+        sim.now,  # virtual_time
+        sim.ended or "quiescent",  # ended
+        sim,  # sim
+        scenario.name,  # scenario
+        config,  # config
+        sim.strategy.name,  # strategy
+        str(sim.divergence) if sim.divergence else None,  # divergence
+        frozenset(cov.declared) if cov.declared else _NONE,  # probes_declared
+        frozenset(cov.reached) if cov.reached else _NONE,  # probes_reached
+        frozenset(cov.states.values()) if cov.states else _NONE,  # states
     )
 
 
@@ -81,11 +94,14 @@ def run_seeds(
     cfg = dict(config)
     base = faults if faults is not None else scenario.fault_plan(cfg)
 
+    def setup(sim: Sim) -> None:
+        scenario.build(sim, cfg)
+
     def jobs() -> Iterable[tuple[Sim, Callable[[Sim], None]]]:
         for seed in seeds:
             sim = Sim(seed, strategy(seed), faults=plan(seed, base) if plan else base,
                       max_steps=scenario.max_steps)
-            yield sim, lambda s: scenario.build(s, cfg)
+            yield sim, setup
 
     run_sims(jobs(), lambda sim: on_result(_result(scenario, cfg, sim)))
 

@@ -136,11 +136,13 @@ def _proxy_method(attribute: str, level: str) -> Any:
             plain = _PLAIN[self] = _is_plain(self)
         if (plain and ACTIVE and not args and _CONFIG.default_processors is _CHAIN
                 and _CONFIG.default_wrapper_class is _TraceLogger):
-            if event is not None:
-                kw["event"] = event
             if _STRUCTLOG_VARS is not None and not _STRUCTLOG_VARS:
-                ACTIVE[-1].logged(level, kw)  # nothing bound with structlog: the common case
+                # Nothing bound with structlog, the common case: the text goes
+                # apart, not into ``kw`` only to be taken out again.
+                ACTIVE[-1].logged_text(level, "" if event is None else str(event), kw)
             else:
+                if event is not None:
+                    kw["event"] = event
                 _record(level, None, kw)
             return None
         return getattr(self.bind(), attribute)(event, *args, **kw)

@@ -170,13 +170,18 @@ class Process:
 
     def _make_env(self, inc: Incarnation) -> Env:
         sim = self.sim
+        # A loop, not a comprehension, and Env's fields by position, not by keyword:
+        # each would cost more than the handle it makes, once per incarnation.
+        stores = {}
+        for n in self.store_names:
+            stores[n] = SimStoreHandle(sim, sim.stores[n], inc)
         env = Env(
-            name=self.name,
-            clock=_CLOCK,
-            net=SimTransport(sim, inc),
-            services=SimServices(sim, inc),
-            rng=SeededOnFirstUse(f"dst/{sim.seed}/{self.name}/{inc.number}"),
-            stores={n: SimStoreHandle(sim, sim.stores[n], inc) for n in self.store_names},
+            self.name,  # name
+            _CLOCK,  # clock
+            SimTransport(sim, inc),  # net
+            SimServices(sim, inc),  # services
+            SeededOnFirstUse(f"dst/{sim.seed}/{self.name}/{inc.number}"),  # rng
+            stores,  # stores
         )
         sim._envs.append(env)
         return env

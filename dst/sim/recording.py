@@ -25,13 +25,20 @@ class Recording(SimState):
     def logged(self, method: str, fields: dict[str, Any]) -> None:
         """Record a structlog event: ``fields`` holds its ``event`` and context.
 
-        ``event(actor(), ...)`` in one frame: the recording half of every log
-        call of the code under test.
+        ``event(actor(), ...)`` without their frames: the recording half of
+        every log call of the code under test.
         """
-        text = str(fields.pop("event", ""))
+        self.logged_text(method, str(fields.pop("event", "")), fields)
+
+    def logged_text(self, method: str, text: str, fields: dict[str, Any]) -> None:
+        """``logged`` for an event whose text is apart from its ``fields`` (which hold
+        only its context): what a plain ``structlog.get_logger()`` call lands in."""
         if method != "info" and method != "msg":
             fields["level"] = method
-        task = getattr(_RUN_CONTEXT, "task", None)
+        try:  # trio's current task, if any (``ll.current_task()`` without its frame)
+            task = _RUN_CONTEXT.task
+        except AttributeError:
+            task = None
         actor = "dst" if task is None else self._task_labels.get(task)
         if actor is None:
             proc = Process.current()
@@ -53,7 +60,9 @@ class Recording(SimState):
         )
 
     def fault(self, what: str, target: str, detail: str = "") -> None:
-        self.records.append(("fault", self.step, self.now, what, target, detail))
+        clock = self._clock  # ``now``, without the property's call
+        self.records.append(("fault", self.step, clock.now if clock is not None else 0.0,
+                             what, target, detail))
 
     def actor(self) -> str:
         """Who is running now: the current task's label, or its process's name."""
@@ -69,11 +78,15 @@ class Recording(SimState):
 
     def release_labels(self, proc: Process) -> None:
         """A restarted process's new tasks take the labels its dead ones had."""
-        prefix = proc.name + "/"
-        for label in [lb for lb in self._label_owner if lb == proc.name or lb.startswith(prefix)
-                      or lb.startswith(proc.name + "#")]:
-            task = self._label_owner.pop(label)
-            self._task_labels.pop(task, None)
+        name = proc.name
+        below = (name + "/", name + "#")
+        owner = self._label_owner
+        gone = []  # a loop, not a comprehension: cheaper for the few labels a run has
+        for label in owner:
+            if label == name or label.startswith(below):
+                gone.append(label)
+        for label in gone:
+            self._task_labels.pop(owner.pop(label), None)
 
     def _label_task(self, task: ll.Task, inc: Incarnation) -> str:
         proc = inc.process

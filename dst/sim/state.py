@@ -24,6 +24,7 @@ from .store import SimStore
 from .strategy import Strategy
 
 if TYPE_CHECKING:
+    from ..coverage import RunCoverage
     from ..env import Env
     from .busy import _DoomWatch, _StepWatch
     from .kernel import Sim
@@ -39,6 +40,23 @@ Invariant = Callable[[], object]
 
 class SimState:
     """Everything one run knows; the methods live in the parts that use them."""
+
+    #: Every attribute of a run, in a slot: set once per seed and read at every
+    #: decision, a slot is cheaper both ways than an instance dict with this many
+    #: keys (past 30, CPython stops sharing keys and grows a dict per run).  The
+    #: parts' own class-level defaults, and attributes set later, go in ``__dict__``.
+    __slots__ = (
+        "__dict__", "__weakref__", "_busy", "_call_fault", "_calling", "_calm_timer_set", "_clock",
+        "_coverage", "_deadline_task", "_doom_watch", "_doomed", "_end_checks", "_envs",
+        "_eventually", "_held", "_hold_watch", "_incarnation_of", "_invariants", "_keeper",
+        "_label_owner", "_link_drops", "_link_dups", "_more_faults", "_nursery", "_parked",
+        "_passive", "_pending", "_process_crashes", "_releasing", "_service_faults",
+        "_spin_counts", "_spinning", "_stopping", "_suffers", "_task_labels", "_waiting", "_watch",
+        "_watched", "calm_at", "crashed", "crashes_left", "cut_off", "divergence", "drops_left",
+        "dups_left", "ended", "error", "faults", "max_steps", "net", "partitions_left",
+        "preemptions_left", "processes", "records", "seed", "services", "step", "stores",
+        "strategy", "violated",
+    )
 
     def __init__(
         self,
@@ -116,13 +134,13 @@ class SimState:
         self._service_faults: dict[str, dict[str, int]] = {
             name: {k: sf.budget(k) for k in SERVICE_FAULTS if sf.budget(k) > 0}
             for name, sf in faults.services.items()
-        }
+        } if faults.services else {}
         self._suffers: dict[str, tuple[str, ...]] = {}
         self._calling: dict[ll.Task, str] = {}
         self._call_fault: dict[ll.Task, str] = {}
-        #: Faults other than crashes and message faults may still be offered.
-        self._more_faults = False
-        self._recount_faults()
+        #: Faults other than crashes and message faults may still be offered
+        #: (``_recount_faults``, inlined: every budget kept above is positive).
+        self._more_faults = bool(self.partitions_left) or any(self._service_faults.values())
         #: ``eventually`` properties: (name, check, within), those not yet seen to
         #: hold since the faults stopped, and when they stopped (None: not yet).
         self._eventually: list[tuple[str, Invariant, float]] = []
@@ -139,6 +157,8 @@ class SimState:
         self._doomed: set[ll.Task] = set()
         #: Each task's incarnation, for the tasks of processes.
         self._incarnation_of: dict[ll.Task, Incarnation] = {}
+        #: What the run reached (``dst.coverage``), made by its first probe or fingerprint.
+        self._coverage: RunCoverage | None = None
 
 
     if TYPE_CHECKING:
