@@ -46,6 +46,33 @@ class _KernelHooks(Instrument):
             ACTIVE[-1].task_exited(task)
 
 
+class _Oldest:
+    """What the oldest generation held after the last full collection between seeds."""
+
+    #: Objects in it then (None: no full collection yet in this process).
+    total: int | None = None
+    #: The count of younger collections at which fullness was last asked (see below).
+    asked_at = 0
+
+
+def _full_collection_due(count: int, threshold: int) -> bool:
+    """CPython's own rule for a full collection, which ``gc.collect(2)`` does not apply.
+
+    CPython collects the oldest generation only once the objects that reached
+    it since its last full collection are a quarter of those that collection
+    kept, so that a large, stable heap (modules, a scenario's templates) is not
+    walked every few hundred seeds.  Asked at most once per ``threshold``
+    younger collections: counting the oldest generation walks it too (about a
+    tenth of what collecting it costs).
+    """
+    if _Oldest.total is None:
+        return True
+    if count < _Oldest.asked_at + threshold:
+        return False
+    _Oldest.asked_at = count
+    return len(gc.get_objects(2)) - _Oldest.total > _Oldest.total // 4
+
+
 def _collect_between_seeds() -> None:
     """Run the cyclic garbage collector now, between two seeds, if it is due.
 
@@ -53,7 +80,7 @@ def _collect_between_seeds() -> None:
     allocation count that depends on everything run before in the process, and
     a finalizer (``__del__``) that logs or touches the world would then land in
     one seed's trace and not another's.  Here it runs on CPython's own
-    thresholds, but only where no run is active.
+    thresholds and rules, but only where no run is active.
     """
     counts = gc.get_count()
     thresholds = gc.get_threshold()
@@ -62,9 +89,11 @@ def _collect_between_seeds() -> None:
     generation = 0
     if counts[1] >= thresholds[1]:
         generation = 1
-        if counts[2] >= thresholds[2]:
+        if counts[2] >= thresholds[2] and _full_collection_due(counts[2], thresholds[2]):
             generation = 2
     gc.collect(generation)
+    if generation == 2:
+        _Oldest.total, _Oldest.asked_at = len(gc.get_objects(2)), 0
 
 
 def run_sims(
