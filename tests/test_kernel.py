@@ -367,3 +367,24 @@ def test_receivers_share_a_mailbox_first_come_first_served_and_a_cancelled_one_l
         assert [name for name, _ in seen] == ["first", "second"]
         assert sorted(body for _, body in seen) == [1, 2]
     assert {seen[0][1] for seen in got.values()} == {1, 2}  # either message may come first
+
+
+def test_a_full_collection_between_seeds_waits_for_the_oldest_generation_to_grow() -> None:
+    """CPython's rule, which ``gc.collect(2)`` skips: walk the whole heap only once what
+    reached the oldest generation since the last full walk is a quarter of what it kept."""
+    import gc
+
+    from dst.sim import run
+
+    saved = run._Oldest.total, run._Oldest.asked_at
+    try:
+        run._Oldest.total = None
+        assert run._full_collection_due(10, 10)  # no figure yet: collect, as CPython would
+        now = len(gc.get_objects(2))
+        run._Oldest.total, run._Oldest.asked_at = now, 0
+        assert not run._full_collection_due(10, 10)  # nothing grew
+        assert not run._full_collection_due(15, 10)  # asked too recently to walk it again
+        run._Oldest.total = now // 2  # as if half the oldest generation were new since
+        assert run._full_collection_due(20, 10)
+    finally:
+        run._Oldest.total, run._Oldest.asked_at = saved
