@@ -74,8 +74,6 @@ class RunStopped(BaseException):
     when a replay diverges."""
 
 
-
-
 def canonical(value: object) -> str:
     """Canonical JSON: sorted keys, no NaN, UTF-8 as is."""
     return json.dumps(
@@ -131,16 +129,14 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
         in the world it stands for; the fault plan's budgets (``FaultPlan(
         services={name: ServiceFaults(...)})``) decide how many a run injects.
         """
-        # Checked by a loop, not a comprehension (this runs for every seed), and
-        # not at all for the default, every fault.
-        if suffers is not SERVICE_FAULTS:
-            for kind in suffers:
-                if kind not in SERVICE_FAULTS:
-                    unknown = [k for k in suffers if k not in SERVICE_FAULTS]
-                    raise ValueError(
-                        f"service {name!r} cannot suffer {', '.join(unknown)}; "
-                        f"the service faults are {', '.join(SERVICE_FAULTS)}"
-                    )
+        # Not checked for the default, every fault (this runs for every seed).
+        unknown = () if suffers is SERVICE_FAULTS else [
+            k for k in suffers if k not in SERVICE_FAULTS]
+        if unknown:
+            raise ValueError(
+                f"service {name!r} cannot suffer {', '.join(unknown)}; "
+                f"the service faults are {', '.join(SERVICE_FAULTS)}"
+            )
         self.services[name] = handler
         self._suffers[name] = tuple(suffers)
         budgets = self._service_faults.get(name)

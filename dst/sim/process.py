@@ -80,9 +80,7 @@ class Incarnation:
         if not self.mailbox:
             # ``ParkingLot.park``, inlined: wait in the lot until a delivery wakes
             # this task, or a cancellation takes it out of the lot.
-            lot = self._mail_lot
-            if lot is None:
-                lot = self._mail_lot = _MailLot()
+            lot = self.mail_lot
             task = _RUN_CONTEXT.task
 
             def abort(_: object) -> ll.Abort:

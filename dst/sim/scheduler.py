@@ -100,7 +100,6 @@ class Scheduler(SimState):
             del sleepers[task]
             trio_internals.wake(task)
 
-
     def on_quiescence(self, deadline: float) -> float:
         """Every task is blocked: check, choose one option, perform it.
 
@@ -115,9 +114,9 @@ class Scheduler(SimState):
         I/O poll to find: ``trio_internals.may_step``), the hook steps it here,
         as trio's loop would; when that step (or the decision itself) leaves
         nothing runnable, it decides again at once, as trio's next pass would
-        have asked it to.  The
-        decisions and their order are the same, without a pass of trio's loop
-        each.  After ``_IN_PLACE`` steps in a row trio's loop gets its pass.
+        have asked it to.  The decisions and their order are the same, without a
+        pass of trio's loop each.  After ``_IN_PLACE`` steps in a row trio's loop
+        gets its pass.
         """
         if self._sleepers:
             deadline = self._soonest(deadline)

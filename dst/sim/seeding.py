@@ -27,10 +27,16 @@ def seeded(text: str) -> random.Random:
     anyway.
     """
     rng = random.Random.__new__(random.Random)
+    _seed_from_text(rng, text)
+    return rng
+
+
+def _seed_from_text(rng: random.Random, text: str) -> None:
+    """``random.Random.seed(rng, text)`` (version 2), without its Python layer (and
+    the guard's trap on it, which only seeding from None needs)."""
     data = text.encode()
     _seed_state(rng, int.from_bytes(data + sha512(data).digest(), "big"))
     rng.gauss_next = None  # type: ignore[attr-defined]
-    return rng
 
 
 class SeededOnFirstUse(random.Random):
@@ -84,8 +90,4 @@ def _become_seeded(rng: random.Random) -> None:
     text = rng.__dict__.pop("_text", None)
     rng.__class__ = random.Random
     if text is not None:
-        # ``random.Random.seed(rng, text)``, as :func:`seeded` does it: without the
-        # Python layer (and the guard's trap on it, which only seeding from None needs).
-        data = text.encode()
-        _seed_state(rng, int.from_bytes(data + sha512(data).digest(), "big"))
-        rng.gauss_next = None  # type: ignore[attr-defined]
+        _seed_from_text(rng, text)
