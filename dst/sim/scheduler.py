@@ -36,6 +36,7 @@ from .options import (
     TIMER,
     by_label,
 )
+from .process import RUNNING, Process
 from .state import SimState
 from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
 
@@ -202,13 +203,19 @@ class Scheduler(SimState):
                 or self._held
                 or deadline != INF
                 or self.net.in_flight
-                or self.crashes_left > 0
                 or self.crashed
                 or self._more_faults
                 or self.step >= self.max_steps
             ):
                 self._schedule(deadline, clock)
                 return None
+            if self.crashes_left > 0:
+                crashes = self._crash_choices(clock)
+                if crashes is None:
+                    self._schedule(deadline, clock)
+                    return None
+                if crashes:
+                    return self._decide_parked_or_crash(crashes, clock)
             # Only parked tasks are enabled: listed by label, the task chosen woken.
             if len(parked) == 1:
                 ((task, label),) = parked.items()
@@ -250,6 +257,56 @@ class Scheduler(SimState):
             return None
         finally:
             self._releasing = False
+
+    def _crash_choices(self, clock: VirtualClock) -> tuple[Process, ...] | None:
+        """The processes a crash option is offered for, when that is all besides parked calls.
+
+        None when the plan filters crashes (``crash_only``, ``crash_at``,
+        per-process budgets): ``_options`` then decides.  The same processes, in
+        the same order, as ``_options`` lists for a plain plan.
+        """
+        plan = self.faults
+        if plan.crash_only or plan.crash_at or self._process_crashes:
+            return None
+        until = plan.faults_until
+        if until is not None and clock.now >= until:
+            return ()
+        return tuple([proc for proc in self.processes.values()
+                      if proc.crashable and proc.live.state is RUNNING])
+
+    def _decide_parked_or_crash(self, crashes: tuple[Process, ...],
+                                clock: VirtualClock) -> ll.Task | None:
+        """Parked calls and crashes are enabled: ``_schedule``'s decision, without its lists.
+
+        The most common decision of a run that may still crash a process: the
+        labels, weights and order are those ``_options`` gives (parked calls by
+        label, then each crashable process), and the parked task chosen is
+        returned for ``on_quiescence`` to step, as for parked calls alone.
+        """
+        items = sorted(self._parked.items(), key=by_label)
+        labels = [label for _, label in items]
+        labels += [proc.crash_label for proc in crashes]
+        weight = self.faults.crash_weight
+        weights = None if weight == 1.0 else [1.0] * len(items) + [weight] * len(crashes)
+        self.step = step = self.step + 1
+        if self._watch is not None:
+            self._unwatch()
+        self._busy = 0
+        try:
+            index = self.strategy.choose(step, labels, weights)
+        except DivergenceError as exc:
+            self.divergence = exc
+            self._stop("diverged")
+            return None
+        self.records.append(("decision", step, clock.now, "schedule", tuple(labels), index))
+        if index < len(items):
+            task = items[index][0]
+            del self._parked[task]
+            return task
+        self._perform_option(("", weight, CRASH, crashes[index - len(items)]), clock)
+        if self.calm_at is None and self._eventually:
+            self._note_calm()
+        return None
 
     def _schedule(self, deadline: float, clock: VirtualClock) -> float:
         """Held tasks, messages, timers or faults are enabled, or nothing is."""
