@@ -404,3 +404,61 @@ def test_an_instrument_whose_hook_cannot_be_looked_up_again_keeps_trios_table() 
 
     trio.run(main, instruments=[Fickle()])
     assert kinds == [Instruments]
+
+
+
+def test_cancel_is_trio_cancel_without_its_costs() -> None:
+    """``trio_internals.cancel`` delivers the Cancelled trio's ``cancel`` would (the same
+    source, reason and cancelling task), from inside a task and from outside any (as the
+    quiescence hook cancels, between two steps)."""
+    import re
+
+    from dst.sim import trio_internals
+
+    def texts(cancel: Any) -> list[str]:
+        caught: list[str] = []
+        pending: list[trio.CancelScope] = []
+
+        class Between(trio.abc.Clock):
+            """Cancels where dst's quiescence hook does: between two steps, no task running."""
+
+            def start_clock(self) -> None:
+                pass
+
+            def current_time(self) -> float:
+                return 0.0
+
+            def deadline_to_sleep_time(self, deadline: float) -> float:
+                if pending:
+                    cancel(pending.pop())
+                    return 0.0
+                return 1.0  # trio waits less when a task waits for all to block
+
+        async def victim(box: list[trio.CancelScope]) -> None:
+            with trio.CancelScope() as scope:
+                box.append(scope)
+                try:
+                    await trio.sleep_forever()
+                except trio.Cancelled as exc:
+                    caught.append(re.sub(r"0x[0-9a-f]+", "0x", str(exc)))
+                    raise
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                box: list[trio.CancelScope] = []
+                nursery.start_soon(victim, box)
+                await trio.testing.wait_all_tasks_blocked()
+                cancel(box[0])  # from inside a task: the reason names it
+                cancel(box[0])  # idempotent
+                other: list[trio.CancelScope] = []
+                nursery.start_soon(victim, other)
+                await trio.testing.wait_all_tasks_blocked()
+                pending.append(other[0])  # cancelled between two steps: no task
+            assert box[0].cancelled_caught and other[0].cancelled_caught
+
+        trio.run(main, clock=Between())
+        return caught
+
+    mine = texts(trio_internals.cancel)
+    assert mine == texts(trio.CancelScope.cancel)
+    assert len(mine) == 2 and "main" in mine[0] and "main" not in mine[1]

@@ -286,9 +286,19 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
             return
         self._keeper = _RUN_CONTEXT.task
         try:
-            await trio_internals.park(_abort_ok)  # woken by ``_stop`` (trio_internals.wake)
+            # Woken by ``_stop`` or, once the stopped run's tasks are gone, by the
+            # quiescence hook (``Scheduler._quiescent``).
+            await trio_internals.park(self._keeper_abort)
         finally:
             self._keeper = None
+
+    def _keeper_abort(self, _: object) -> ll.Abort:
+        """The seed's task is cancelled as trio would cancel it, except by the end of
+        the run: the cancellation of the run's nursery is for its children.  Were the
+        task let go then, it would wait in the nursery's ``__aexit__``, where trio would
+        build (and drop) a ``Cancelled`` for it; left here, it is woken once they are
+        gone, when the nursery closes at once."""
+        return ll.Abort.FAILED if self._stopping else ll.Abort.SUCCEEDED
 
     def _stop(self, why: str) -> None:
         if self._stopping:
@@ -303,12 +313,15 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
             # The task running ``run`` is woken, not cancelled: a Cancelled raised in
             # ``_keep`` would leave the nursery's body with an exception, which trio
             # describes (two reprs), groups and strips again, all to end as it ends now.
-            keeper = self._keeper
-            if keeper is not None and trio_internals.is_blocked(keeper):
-                self._keeper = None
-                trio_internals.wake(keeper)
             if nursery.child_tasks:
-                nursery.cancel_scope.cancel()
+                # The seed's task refuses this cancellation (``_keeper_abort``) and
+                # stays parked until the children are gone (``Scheduler._quiescent``).
+                trio_internals.cancel(nursery.cancel_scope)
+            else:
+                keeper = self._keeper
+                if keeper is not None and trio_internals.is_blocked(keeper):
+                    self._keeper = None
+                    trio_internals.wake(keeper)
         # A cancellation does not reach a call parked inside a shielded scope:
         # end those calls too, or the run could never finish.
         releasing, self._releasing = self._releasing, True
@@ -397,10 +410,6 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
             self._envs.clear()
 
 
-
-
-def _abort_ok(_: object) -> ll.Abort:
-    return ll.Abort.SUCCEEDED
 
 
 async def _stopped() -> None:

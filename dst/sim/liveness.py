@@ -97,7 +97,7 @@ class Liveness(SimState):
                 self._stop("held")
                 return True
             if self._deadline_task is not None:
-                self._deadline_task.cancel()
+                trio_internals.cancel(self._deadline_task)
         return False
 
     def _end_quiescent(self) -> None:

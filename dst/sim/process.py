@@ -244,7 +244,7 @@ class Process:
         inc.mailbox = deque()
         inc.env = None
         if inc.scope is not None:
-            inc.scope.cancel()
+            trio_internals.cancel(inc.scope)
         return inc
 
     def restart(self, nursery: trio.Nursery) -> None:

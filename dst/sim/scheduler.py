@@ -179,7 +179,17 @@ class Scheduler(SimState):
             clock = self._clock
             assert clock is not None
             if self._stopping:
-                if clock.now < deadline < INF:
+                keeper, nursery = self._keeper, self._nursery
+                if keeper is not None and nursery is not None and not nursery.child_tasks:
+                    # The stopped run's tasks are gone: the seed's task, parked while they
+                    # unwound (``Sim._keeper_abort``), leaves the run's nursery now, as it
+                    # would have the moment the last of them exited (stepped here when no
+                    # deadline is due, as trio's next pass would step it).
+                    self._keeper = None
+                    if deadline > clock.now:
+                        return keeper
+                    trio_internals.wake(keeper)
+                elif clock.now < deadline < INF:
                     # Nothing runs, yet a task still sleeps: one in a shielded scope,
                     # which the end of the run cannot cancel.  Time goes on to its
                     # deadline (no decision: the run has stopped) so that it finishes.
