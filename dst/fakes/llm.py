@@ -17,11 +17,14 @@ from typing import Any
 from dst.env import Json
 from dst.sim.kernel import Sim
 
+#: The first number in a request's text (compiled once, not looked up per call).
+_NUMBER = re.compile(r"\d+")
+
 
 def happy(request: dict[str, Any]) -> dict[str, Json]:
     text = str(request.get("text", "")).lower()
     pending = list(request.get("pending") or [])
-    number = re.search(r"\d+", text)
+    number = _NUMBER.search(text)
     count = int(number.group()) if number else 1
     if text.startswith(("go ahead", "yes", "ok")):
         if pending:

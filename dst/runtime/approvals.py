@@ -164,6 +164,13 @@ def describe(view: Mapping[str, Record]) -> str:
 
 ParamSource = Callable[[Record], Awaitable[Json]]
 
+#: The order each spend mode runs the protocol actions in (a turn takes a copy).
+_PLANS: dict[str, tuple[str, ...]] = {
+    "after": ("restore", "check", "execute", "spend", "record"),
+    "before": ("restore", "check", "spend", "execute", "record"),
+    "cas": ("restore", "check", "execute", "record"),
+}
+
 
 class ApprovalTurn:
     """One turn resuming one approval; each protocol action is one method.
@@ -187,12 +194,7 @@ class ApprovalTurn:
         self.claim: Record | None = None
         self.outcome: Record | None = None
         self.refusal: str | None = None
-        mode = config.spend_mode
-        self.plan: list[str] = {
-            "after": ["restore", "check", "execute", "spend", "record"],
-            "before": ["restore", "check", "spend", "execute", "record"],
-            "cas": ["restore", "check", "execute", "record"],
-        }[mode]
+        self.plan: list[str] = list(_PLANS[config.spend_mode])
         self._next = 0
 
     @property
@@ -213,8 +215,12 @@ class ApprovalTurn:
         return not self.done
 
     async def finish(self) -> None:
-        while await self.step():
-            pass
+        # ``step`` in a loop, without a coroutine of its own for each action.
+        plan = self.plan
+        while self._next < len(plan) and self.refusal is None:
+            name = plan[self._next]
+            self._next += 1
+            await getattr(self, name)()
 
     def _refuse(self, why: str) -> None:
         self.refusal = why
@@ -247,14 +253,17 @@ class ApprovalTurn:
             return
         key = approval_key(self.conv, aid)
         if self.config.spend_mode == "cas":
-            won = await self.env.store.cas(key, seen, spent(seen, self.turn_key))
+            # The store keeps its own copy of what it is given, so the record
+            # written is also the claim (made once).
+            claim = spent(seen, self.turn_key)
+            won = await self.env.store.cas(key, seen, claim)
             if not won:
                 log.info(f"{self.label} lost the claim on {aid}: spent by another turn",
                          action="check", approval=aid)
                 self._refuse("already used")
                 return
             self.observer.claimed(self.turn_key, self.conv, aid, seen["version"])
-            self.claim = spent(seen, self.turn_key)
+            self.claim = claim
             log.info(f"{self.label} claimed and spent {aid} (compare-and-set)",
                      action="check", approval=aid)
             return
@@ -384,7 +393,8 @@ class TurnGate:
     """One turn at a time per conversation when ``serialize`` is on (volatile, per process).
 
     ``hold`` returns a plain async context manager (a ``trio.Lock``, or one that
-    never waits) rather than a generator-based one: every turn enters it.
+    never waits) rather than a generator-based one: every turn enters it (the
+    tickets orchestrator skips the one that never waits when ``serialize`` is off).
     """
 
     def __init__(self, serialize: bool) -> None:

@@ -242,7 +242,7 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
 
     async def call_service(self, proc: Incarnation, service: str, op: str) -> str | None:
         """Park at a service call; the fault the strategy chose for it, if any."""
-        task = ll.current_task()
+        task = _RUN_CONTEXT.task  # ``ll.current_task()`` without its frame, as in ``enter``
         self._calling[task] = service
         try:
             await self.enter(proc, f"call:{service}.{op}")

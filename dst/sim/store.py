@@ -114,4 +114,7 @@ class SimStore:
         self._texts.pop(key, None)
 
     def scan(self, prefix: str) -> list[tuple[str, Any]]:
-        return [(k, self.peek(k)) for k in sorted(self.data) if k.startswith(prefix)]
+        # ``peek`` of each key, inlined (a stored value is never None: putting None deletes).
+        data, texts = self.data, self._texts
+        return [(k, fresh_value(data[k]) if k in texts else data[k])
+                for k in sorted(data) if k.startswith(prefix)]

@@ -17,6 +17,7 @@ slot, and the second card is dropped while the runtime believes it was shown.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import structlog
@@ -44,7 +45,10 @@ class Orchestrator:
         self.env, self.config = env, config
         self.observer: Observer = observer if observer is not None else NullObserver()
         self.gate = TurnGate(config.serialize)
-        self.agent = TicketsAgent(env, config, self, self.observer, service=service, llm=llm)
+        # The agent reaches back through a weak reference: the orchestrator owns it,
+        # and a strong one each way would be a cycle that only the collector frees.
+        self.agent = TicketsAgent(env, config, weakref.proxy(self), self.observer,
+                                  service=service, llm=llm)
         #: conversation -> its connections, oldest first (a reconnect moves one last).
         self.connections: dict[str, list[str]] = {}
         #: connection -> id of the last request it sent (its current exchange).
@@ -78,6 +82,13 @@ class Orchestrator:
         self.exchange[msg["conn"]] = str(msg["id"])
         log.info(f"{label} started: {kind} from {msg['conn']}"
                  + (f" ({msg.get('text') or msg.get('approval')})"))
+        if not self.gate.serialize:
+            # The gate is open: entering it would do nothing but cost two coroutines.
+            if kind == "click":
+                await self.agent.on_click(msg, label, turn_key)
+            elif kind == "text":
+                await self.agent.on_text(msg, label, turn_key)
+            return
         async with self.gate.hold(msg["conv"]):
             if kind == "click":
                 await self.agent.on_click(msg, label, turn_key)

@@ -16,12 +16,21 @@ RISKY = ("complete_tickets", "create_tickets", "delete_tickets")
 SAFE = ("list_tickets", "reply", "update_draft")
 
 
+#: What ``allowed_tools`` offers without and with an unspent approval (sorted once).
+_TOOLS = tuple(sorted((*RISKY, *SAFE)))
+_TOOLS_AND_APPROVE = tuple(sorted((*RISKY, *SAFE, "approve")))
+
+
 def allowed_tools(view: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The tools the model may pick given the restored approvals (sorted)."""
-    tools = [*RISKY, *SAFE]
-    if unspent(view):
-        tools.append("approve")
-    return sorted(tools)
+    return list(_TOOLS_AND_APPROVE if _any_unspent(view) else _TOOLS)
+
+
+def _any_unspent(view: Mapping[str, Mapping[str, Any]]) -> bool:
+    for r in view.values():
+        if r["state"] == "unspent":
+            return True
+    return False
 
 
 def unspent(view: Mapping[str, Mapping[str, Any]]) -> list[str]:
