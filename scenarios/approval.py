@@ -73,8 +73,12 @@ class World:
     conv: str = CONV
     #: Card ids seen in the history so far (cards are never removed: a cache is safe).
     recorded: set[str] = field(default_factory=set)
-    #: Check name -> (store version, effects) at which it last held.
-    held: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Check name -> store version + effects when it last held.
+    held: dict[str, int] = field(default_factory=dict)
+    #: Cards shown or believed shown when ShownEqualsRecorded last held.
+    cards_held: int = 0
+    #: The outcome entries as last scanned, with the store version they were read at.
+    outcomes_read: tuple[int, list[dict[str, Any]]] = (-1, [])
 
 
 def peek(db: Any, key: str) -> Any:
@@ -122,6 +126,18 @@ def _seeded(history_first_final: bool) -> SimStore:
     return store
 
 
+@functools.lru_cache(maxsize=2)
+def _seeded_cards(history_first_final: bool) -> frozenset[str]:
+    """The card ids the history holds when a run starts, read once per process.
+
+    ``World.recorded`` starts from them, so ``ShownEqualsRecorded`` does not scan
+    the store for the seeded card at each seed's first step: cards are never
+    removed, so the cache would hold them after that scan anyway.
+    """
+    history = scan(_seeded(history_first_final), history_prefix(CONV) + "card/")
+    return frozenset(v["record"]["id"] for _k, v in history)
+
+
 _CONFIGS: dict[tuple[tuple[str, Any], ...], ApprovalConfig] = {}
 
 
@@ -137,7 +153,8 @@ def _runtime_config(config: Mapping[str, Any]) -> ApprovalConfig:
 def build(sim: Sim, config: Mapping[str, Any], script: Sequence[Send]) -> World:
     """The agent process over one durable store, the fakes, and one user's connections."""
     db = sim.store("agent-db")
-    db.copy_from(_seeded(bool(config.get("history_first_final", False))))
+    seeded = bool(config.get("history_first_final", False))
+    db.copy_from(_seeded(seeded))
     backend = TicketBackend(sim, dedup=bool(config.get("backend_dedup", False)))
     sim.service("tickets", backend.handle)  # it can suffer every service fault
     # A model endpoint fails or answers late; a lost or repeated reply is the same to us.
@@ -152,7 +169,7 @@ def build(sim: Sim, config: Mapping[str, Any], script: Sequence[Send]) -> World:
     sim.process("agent", agent, stores=["agent-db"])
     screens = add_user(sim, script, server="agent", conv=CONV)
     screens.show_card("conn-1", SEEDED["id"])
-    return World(db, backend, screens, probe)
+    return World(db, backend, screens, probe, recorded=set(_seeded_cards(seeded)))
 
 
 # -- the six invariants ---------------------------------------------------------------
@@ -171,13 +188,15 @@ def _unless_unchanged(name: str) -> Callable[[Check], Check]:
     def wrap(fn: Check) -> Check:
         @functools.wraps(fn)
         def check(w: World) -> bool | str:
-            effects = len(w.backend.effects)
+            effects = w.backend.effects
             if not effects:
                 return True  # each of these checks is about effects that happened
-            version = getattr(w.db, "version", None)
-            if version is None:
+            try:
+                # Writes and effects are only ever added, so their sum is unchanged
+                # only when neither changed: one number to compare, at every step.
+                stamp = w.db.version + len(effects)
+            except AttributeError:  # no write counter
                 return fn(w)
-            stamp = (version, effects)
             if w.held.get(name) == stamp:
                 return True
             result = fn(w)
@@ -228,21 +247,34 @@ def recorded_cards(w: World) -> set[str]:
 
 
 def shown_equals_recorded(w: World) -> bool | str:
+    # Cards are only ever added (to the screens, to the probe's beliefs, to the
+    # history), so while as many are shown and believed as when this last held,
+    # it still holds: one compare at most steps instead of two subset tests.
+    cards = len(w.screens.shown) + len(w.probe.believed)
+    if cards == w.cards_held:
+        return True
     on_screen = w.screens.all_cards()
     believed = w.probe.believed.keys()
-    if on_screen <= w.recorded and believed <= w.recorded:
-        return True
-    recorded = recorded_cards(w)
-    for aid in sorted(on_screen - recorded):
-        return f"the user sees card {aid}, which the history does not hold"
-    for aid in sorted(believed - recorded):
-        return (f"the runtime believes card {aid} was shown on {w.probe.believed[aid]}, "
-                "but the history never recorded it")
+    if not (on_screen <= w.recorded and believed <= w.recorded):
+        recorded = recorded_cards(w)
+        for aid in sorted(on_screen - recorded):
+            return f"the user sees card {aid}, which the history does not hold"
+        for aid in sorted(believed - recorded):
+            return (f"the runtime believes card {aid} was shown on {w.probe.believed[aid]}, "
+                    "but the history never recorded it")
+    w.cards_held = cards
     return True
 
 
 def _outcomes(w: World) -> list[dict[str, Any]]:
-    return [v for _k, v in scan(w.db, history_prefix(w.conv) + "outcome/")]
+    """The outcome entries in key order, scanned again only after a write to the store."""
+    version = getattr(w.db, "version", None)
+    if version is not None and w.outcomes_read[0] == version:
+        return w.outcomes_read[1]
+    outcomes = [v for _k, v in scan(w.db, history_prefix(w.conv) + "outcome/")]
+    if version is not None:
+        w.outcomes_read = (version, outcomes)
+    return outcomes
 
 
 @_unless_unchanged("EffectsDisclosed")
@@ -311,8 +343,8 @@ def state(w: World) -> Any:
     over sorted keys, a connection's over its script) are told where they are by
     their loop variable, and the fakes' services are read in full.  What is left
     is the world's: the effects the backend counted, what the screens show, and
-    what the probe saw.  ``held`` and ``recorded`` are caches of the checks, not
-    state.
+    what the probe saw.  ``held``, ``recorded``, ``cards_held`` and ``outcomes_read``
+    are caches of the checks, not state.
     """
     return (w.backend, w.screens, w.probe)
 
