@@ -193,7 +193,8 @@ def test_drops_duplicates_and_unawaited_deliveries_are_decided_without_an_empty_
 def test_a_keyboard_interrupt_pending_is_left_to_trio(monkeypatch: pytest.MonkeyPatch) -> None:
     """``may_step`` refuses while trio has a KeyboardInterrupt to deliver, a call in its
     entry queue, a task waiting on a file descriptor, a ``wait_all_tasks_blocked``
-    waiting, or an instrument on steps or I/O."""
+    waiting, or an instrument on I/O waits or before task steps; an instrument after
+    task steps is called by the step itself, as trio's loop calls it."""
 
     class Entry:
         def __init__(self) -> None:
@@ -229,9 +230,11 @@ def test_a_keyboard_interrupt_pending_is_left_to_trio(monkeypatch: pytest.Monkey
     runner.waiting_for_idle = {(0.0, 1): object()}
     assert not trio_internals.may_step(runner)
     runner.waiting_for_idle = {}
-    for hook in ("before_task_step", "after_task_step", "before_io_wait", "after_io_wait"):
+    for hook in ("before_task_step", "before_io_wait", "after_io_wait"):
         runner.instruments = {hook: object()}
         assert not trio_internals.may_step(runner)
+    runner.instruments = {"after_task_step": object()}
+    assert trio_internals.may_step(runner)
 
 
 def test_an_instrument_added_during_a_step_sees_that_step_as_under_trio() -> None:

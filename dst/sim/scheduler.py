@@ -129,6 +129,10 @@ class Scheduler(SimState):
         runner = _RUN_CONTEXT.runner
         runq = runner.runq
         may_step, step = trio_internals.may_step, trio_internals.step
+        # trio's deadlines (cancel scopes with one): most decisions find none, and then
+        # ``next_deadline`` (a Python method that pops stale entries) is not asked.  Its
+        # heap is read each time: trio replaces the list when it prunes it.
+        deadlines = runner.deadlines
         for _ in range(_IN_PLACE):
             if task is None:
                 # The decision (if any) was performed by ``_schedule``: step here only
@@ -141,7 +145,7 @@ class Scheduler(SimState):
                     return 0.0
                 clock = self._clock
                 assert clock is not None
-                due = runner.deadlines.next_deadline()
+                due = deadlines.next_deadline() if deadlines._heap else INF
                 if self._sleepers:
                     due = self._soonest(due)
                 if due <= clock.now:
@@ -158,7 +162,7 @@ class Scheduler(SimState):
                 step(runner, task, _WOKEN)
             if runq or self._stopping:
                 return 0.0  # trio's next pass runs what the step made runnable
-            due = runner.deadlines.next_deadline()
+            due = deadlines.next_deadline() if deadlines._heap else INF
             task = self._quiescent(self._soonest(due) if self._sleepers else due)
         if task is not None:
             trio_internals.wake(task)
@@ -302,12 +306,28 @@ class Scheduler(SimState):
         if self._watch is not None:
             self._unwatch()
         self._busy = 0
-        try:
-            index = self.strategy.choose(step, labels, weights)
-        except DivergenceError as exc:
-            self.divergence = exc
-            self._stop("diverged")
-            return None
+        uniform = self._uniform
+        if uniform is not None and weights is not None:
+            # RandomWalk.choose, inlined: the same sum and walk, in the same order.
+            total = 0.0
+            for w in weights:
+                total += w
+            x = uniform() * total
+            index = 0
+            for w in weights:
+                x -= w
+                if x < 0.0:
+                    break
+                index += 1
+            else:
+                index = len(weights) - 1
+        else:
+            try:
+                index = self.strategy.choose(step, labels, weights)
+            except DivergenceError as exc:
+                self.divergence = exc
+                self._stop("diverged")
+                return None
         self.records.append(("decision", step, clock.now, "schedule", tuple(labels), index))
         if index < len(items):
             task = items[index][0]
@@ -340,12 +360,28 @@ class Scheduler(SimState):
         if self._watch is not None:
             self._unwatch()
         self._busy = 0
-        try:
-            index = self.strategy.choose(step, labels, weights)
-        except DivergenceError as exc:
-            self.divergence = exc
-            self._stop("diverged")
-            return 0.0
+        uniform = self._uniform
+        if uniform is not None and weights is not None and len(labels) > 1:
+            # RandomWalk.choose, inlined as in ``_decide_parked_or_crash``.
+            total = 0.0
+            for w in weights:
+                total += w
+            x = uniform() * total
+            index = 0
+            for w in weights:
+                x -= w
+                if x < 0.0:
+                    break
+                index += 1
+            else:
+                index = len(weights) - 1
+        else:
+            try:
+                index = self.strategy.choose(step, labels, weights)
+            except DivergenceError as exc:
+                self.divergence = exc
+                self._stop("diverged")
+                return 0.0
         self.records.append(("decision", step, clock.now, "schedule", labels, index))
         self._perform_option(options[index], clock)
         if self.calm_at is None and self._eventually:
