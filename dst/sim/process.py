@@ -23,7 +23,6 @@ from ..env import Env, Message
 from . import trio_internals
 from .env import SimClock, SimServices, SimStoreHandle, SimTransport
 from .seeding import SeededOnFirstUse
-from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
 
 if TYPE_CHECKING:
     from .kernel import Sim
@@ -70,33 +69,17 @@ class Incarnation:
 
     @property
     def mail_lot(self) -> _MailLot:
-        """Where ``receive`` waits; made on first use (most processes never receive)."""
+        """Where ``env.net.recv`` waits; made on first use (most processes never receive)."""
         lot = self._mail_lot
         if lot is None:
             lot = self._mail_lot = _MailLot()
         return lot
 
-    async def receive(self) -> Message:
-        if not self.mailbox:
-            # ``ParkingLot.park``, inlined: wait in the lot until a delivery wakes
-            # this task, or a cancellation takes it out of the lot.
-            lot = self.mail_lot
-            task = _RUN_CONTEXT.task
-
-            def abort(_: object) -> ll.Abort:
-                del lot[task]
-                return ll.Abort.SUCCEEDED
-
-            while not self.mailbox:  # another receiver may have taken the message
-                lot[task] = None
-                await trio_internals.park(abort)
-        return self.mailbox.popleft()
-
 
 class _MailLot(dict):  # type: ignore[type-arg]
-    """The tasks waiting in an incarnation's ``receive``, first come first woken.
+    """The tasks waiting in an incarnation's ``env.net.recv``, first come first woken.
 
-    What trio's ``ParkingLot`` does for ``receive`` (a fair queue, left on
+    What trio's ``ParkingLot`` does for ``recv`` (a fair queue, left on
     cancellation), without its generality (counts, reparking, breaking), its
     KeyboardInterrupt protection and its two coroutine frames per wait: a
     message is received per delivery, and most runs end with every process
