@@ -151,6 +151,57 @@ def test_the_kernel_s_shortcuts_are_taken_with_this_trio() -> None:
     assert ti.RUN_CONTEXT is not None, "trio's GLOBAL_RUN_CONTEXT moved"
     assert ti._Instruments is not None, "trio._core._instrumentation.Instruments moved"
     assert ti.STEP, "trio's loop names moved: every decision takes a pass of trio's loop"
+    assert ti.spawn is ti._spawn, "trio's Task moved: each process start goes through start_soon"
+
+
+def test_spawn_makes_the_task_start_soon_makes() -> None:
+    """``trio_internals.spawn`` starts a task as ``start_soon`` does: the same name, parent
+    nursery, context (a copy of the spawner's), instrument calls, cancel status and result;
+    and a closed nursery refuses it with trio's error."""
+    import contextvars
+
+    from dst.sim import trio_internals as ti
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    def story(start: Any) -> list[object]:
+        seen: list[object] = []
+
+        class Hooks(trio.abc.Instrument):
+            def task_spawned(self, task: trio.lowlevel.Task) -> None:
+                seen.append(("spawned", task.name))
+
+            def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+                seen.append(("scheduled", task.name))
+
+            def task_exited(self, task: trio.lowlevel.Task) -> None:
+                seen.append(("exited", task.name))
+
+        async def child(n: int) -> None:
+            task = trio.lowlevel.current_task()
+            seen.append((n, var.get(), task.parent_nursery is nursery_box[0]))
+            var.set("child")  # its own copy: the spawner's value stays
+            await trio.sleep_forever()
+
+        nursery_box: list[trio.Nursery] = []
+
+        async def main() -> None:
+            var.set("parent")
+            async with trio.open_nursery() as nursery:
+                nursery_box.append(nursery)
+                start(nursery, child, (1,), "one")
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.cancel_scope.cancel()
+            seen.append(var.get())
+            with pytest.raises(RuntimeError, match="Nursery is closed to new arrivals"):
+                start(nursery, child, (2,), "two")
+
+        trio.run(main, instruments=[Hooks()])
+        return [s for s in seen if "<" not in str(s) and "main" not in str(s)]  # trio's own tasks
+
+    mine = story(ti.spawn)
+    assert mine == story(ti._start_soon)
+    assert mine[:3] == [("spawned", "one"), ("scheduled", "one"), (1, "parent", True)]
 
 
 def test_a_step_taken_in_place_reads_the_trio_names_trio_s_loop_reads() -> None:

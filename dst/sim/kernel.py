@@ -362,13 +362,16 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
             self._uniform = self.strategy.uniform
         ACTIVE.append(self)
         clock.on_quiescence = self.on_quiescence
-        if self.preemptions_left > 0:
-            self._hold_watch = HoldWatch(self)
-            ll.add_instrument(self._hold_watch)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 setup(self)
+                # Installed once the processes are started, not before: it would only be
+                # asked about each of their main tasks, and hold none (spawned by this
+                # task, they belong to no incarnation until they run).
+                if self.preemptions_left > 0 and not self._stopping:
+                    self._hold_watch = HoldWatch(self)
+                    ll.add_instrument(self._hold_watch)
                 if self._eventually:
                     self._note_calm()
                 # The run ends when the scheduler finds nothing left to choose.

@@ -170,7 +170,7 @@ class Process:
     def start(self, nursery: trio.Nursery) -> None:
         inc = self.live
         inc.env = self._make_env(inc)
-        nursery.start_soon(self._body, inc, name=self.name)
+        trio_internals.spawn(nursery, self._body, (inc,), self.name)  # nursery.start_soon
 
     async def _body(self, inc: Incarnation) -> None:
         _CURRENT.set(inc)

@@ -36,6 +36,7 @@ release moves them.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import random
 import types
@@ -524,3 +525,49 @@ def step(runner: Any, task: trio.lowlevel.Task, send: Any = None) -> None:
     if "after_task_step" in runner.instruments:  # asked after the step, as trio asks
         runner.instruments.call("after_task_step", task)
     del RUN_CONTEXT.task
+
+
+_Task: Any = getattr(_run_mod, "Task", None)
+
+
+def _spawn(nursery: trio.Nursery, async_fn: Callable[..., Awaitable[object]],
+           args: tuple[Any, ...], name: str) -> None:
+    # ``nursery.start_soon(async_fn, *args, name=name)`` as trio 0.35's ``spawn_impl``
+    # does it, for an ``async def`` of dst's own and a name that is a string: without
+    # ``coroutine_or_error`` (which calls the function inside the new context with
+    # sniffio's loop name set, and checks the result against the ``Coroutine`` ABC,
+    # to explain what is not an async function), the name's conversion and the check
+    # for a coroutine without a frame (one made in C or Cython).  Calling an ``async
+    # def`` runs none of its code, so neither the context nor sniffio can matter.
+    # The same checks of the nursery, the same Task, the same instrument calls, the
+    # same reschedule, in the same order.  It spares ~10,000 instructions a spawn
+    # (``coroutine_or_error`` alone ~6,000), ~1 % of an ``approval`` seed.
+    runner = RUN_CONTEXT.runner
+    if nursery._closed:
+        raise RuntimeError("Nursery is closed to new arrivals")
+    context = contextvars.copy_context()
+    task = _Task._create(coro=async_fn(*args), parent_nursery=nursery, runner=runner,
+                         name=name, context=context, ki_protected=False)
+    runner.tasks.add(task)
+    nursery._children.add(task)
+    task._activate_cancel_status(nursery._cancel_status)
+    if "task_spawned" in runner.instruments:
+        runner.instruments.call("task_spawned", task)
+    runner.reschedule(task, None)
+
+
+def _start_soon(nursery: trio.Nursery, async_fn: Callable[..., Awaitable[object]],
+                args: tuple[Any, ...], name: str) -> None:
+    nursery.start_soon(async_fn, *args, name=name)
+
+
+#: ``nursery.start_soon(async_fn, *args, name=name)`` for an ``async def`` of dst's own
+#: (a process's main task, started about four times a seed): :func:`_spawn` where this
+#: trio's ``Task`` takes what it passes.
+spawn: Callable[[trio.Nursery, Callable[..., Awaitable[object]], tuple[Any, ...], str],
+                None] = (
+    _spawn if _Task is not None and hasattr(_Task, "_create")
+    and {"_parent_nursery", "coro", "_runner", "name", "context", "_ki_protected",
+         "_cancel_status"}
+    <= {a.name for a in getattr(_Task, "__attrs_attrs__", ())}
+    else _start_soon)
