@@ -38,6 +38,7 @@ from .options import (
 )
 from .process import RUNNING, Process
 from .state import SimState
+from .strategy import weighted_index
 from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
 
 #: Decisions the quiescence hook steps in place before trio's loop gets a pass
@@ -308,19 +309,7 @@ class Scheduler(SimState):
         self._busy = 0
         uniform = self._uniform
         if uniform is not None and weights is not None:
-            # RandomWalk.choose, inlined: the same sum and walk, in the same order.
-            total = 0.0
-            for w in weights:
-                total += w
-            x = uniform() * total
-            index = 0
-            for w in weights:
-                x -= w
-                if x < 0.0:
-                    break
-                index += 1
-            else:
-                index = len(weights) - 1
+            index = weighted_index(uniform, weights)  # RandomWalk.choose, without its frame
         else:
             try:
                 index = self.strategy.choose(step, labels, weights)
@@ -362,19 +351,7 @@ class Scheduler(SimState):
         self._busy = 0
         uniform = self._uniform
         if uniform is not None and weights is not None and len(labels) > 1:
-            # RandomWalk.choose, inlined as in ``_decide_parked_or_crash``.
-            total = 0.0
-            for w in weights:
-                total += w
-            x = uniform() * total
-            index = 0
-            for w in weights:
-                x -= w
-                if x < 0.0:
-                    break
-                index += 1
-            else:
-                index = len(weights) - 1
+            index = weighted_index(uniform, weights)  # RandomWalk.choose, without its frame
         else:
             try:
                 index = self.strategy.choose(step, labels, weights)

@@ -8,7 +8,7 @@ to "which of these N options now?".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..errors import DivergenceError
@@ -46,20 +46,30 @@ class RandomWalk:
             return 0
         if weights is None:
             return int(self.uniform() * n)
-        total = 0.0
-        for w in weights:
-            total += w
-        x = self.uniform() * total
-        # A counter, not ``enumerate`` (no tuple per option), and ``x`` (a float)
-        # compared with 0.0, not 0, which keeps the test on the interpreter's
-        # float fast path: the same answers, a quarter fewer instructions.
-        i = 0
-        for w in weights:
-            x -= w
-            if x < 0.0:
-                return i
-            i += 1
-        return n - 1
+        return weighted_index(self.uniform, weights)
+
+
+def weighted_index(uniform: Callable[[], float], weights: Sequence[float]) -> int:
+    """The random walk's weighted draw: one ``uniform()`` in [0, 1), walked over ``weights``.
+
+    Shared by ``RandomWalk.choose`` and the scheduler's hot paths (which call it
+    directly when the strategy is exactly ``RandomWalk``), so the draw a seed
+    makes is written once.
+    """
+    total = 0.0
+    for w in weights:
+        total += w
+    x = uniform() * total
+    # A counter, not ``enumerate`` (no tuple per option), and ``x`` (a float)
+    # compared with 0.0, not 0, which keeps the test on the interpreter's
+    # float fast path: the same answers, a quarter fewer instructions.
+    i = 0
+    for w in weights:
+        x -= w
+        if x < 0.0:
+            return i
+        i += 1
+    return len(weights) - 1
 
 
 class Replay:
