@@ -141,7 +141,7 @@ def test_reports_leave_nothing_a_trace_says_active(tmp_path: Path) -> None:
 # -- JUnit --------------------------------------------------------------------------
 
 
-def test_junit_has_one_test_case_and_a_failure_per_group_with_its_replay(
+def test_junit_has_a_failing_test_case_per_group_with_its_replay(
     tmp_path: Path,
 ) -> None:
     source = _write(tmp_path, "two.py", TWO_BUGS)
@@ -150,11 +150,14 @@ def test_junit_has_one_test_case_and_a_failure_per_group_with_its_replay(
                   "--junit", str(xml))
     assert done.exit_code == 1, done.output
     root = ET.parse(xml).getroot()
-    assert root.tag == "testsuites" and root.get("failures") == "2"
+    assert root.tag == "testsuites"
+    assert (root.get("tests"), root.get("failures")) == ("2", "2")
     [suite] = root.findall("testsuite")
-    [case] = suite.findall("testcase")
-    assert case.get("name") == "two []" and case.get("classname") == "dst.two"
-    failures = case.findall("failure")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["two [] group 1", "two [] group 2"]
+    assert {c.get("classname") for c in cases} == {"dst.two"}
+    assert all(len(c.findall("failure")) == 1 for c in cases)
+    failures = [f for c in cases for f in c.findall("failure")]
     assert sorted(f.get("type") for f in failures) == ["Even", "Odd"]
     for f in failures:
         message = f.get("message") or ""

@@ -9,6 +9,7 @@ in JSON, Markdown (``--summary-md``) and JUnit XML (``--junit``) too.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -24,7 +25,7 @@ from ..explore import strategies
 from ..registry import is_shipped, load
 from ..runner.bulk import SEED_TIMEOUT, BulkSummary, SeedOutcome, run_bulk
 from ..runner.cluster import parse_address, run_on_cluster
-from ..runner.groups import GroupBook, reports
+from ..runner.groups import MAX_GROUPS, GroupBook, reports
 from ..runner.progress import Progress, interactive
 from ..runner.recorder import Recorder
 from ..runner.reports import RunFacts, junit, markdown, write_report
@@ -124,6 +125,21 @@ class KeepTraces(click.ParamType):  # type: ignore[type-arg]  # generic only in 
         return int(text)
 
 
+class GroupCount(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
+    """``--max-groups N``: a count of failure groups, at least 1."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        text = str(value).strip()
+        if not (text.isascii() and text.isdigit()) or int(text) < 1:
+            self.fail(f"{value!r} is not a count of failure groups of at least 1 (e.g. "
+                      f"--max-groups {MAX_GROUPS})", param, ctx)
+        return int(text)
+
+
 def default_workers() -> int:
     """The cores this process may run on (its affinity), else the machine's."""
     try:
@@ -212,6 +228,10 @@ def check_report(option: str, target: str | None) -> None:
               help="Stop after N failing seeds (-x alone: the first) and summarise.")
 @click.option("--keep-traces", "keep", type=KeepTraces(), default="1", show_default=True,
               help="Failing traces kept per failure group: the N shortest, or all.")
+@click.option("--max-groups", "max_groups", type=GroupCount(), default=MAX_GROUPS,
+              show_default=True,
+              help="Failure groups kept: the first N found, in seed order; the failing "
+                   "seeds of any other group are only counted, per invariant.")
 @click.option("--seed-timeout", type=Duration(), default=None,
               help=f"Stop a worker whose seed has not finished after this long and report "
                    f"the seed (default {SEED_TIMEOUT:g}s).")
@@ -238,7 +258,8 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
             shard: tuple[int, int] | None, strategy: str, pct_depth: int | None,
             pct_steps: int | None, workers: int | None, cluster: str | None,
             duration: float | None,
-            max_failures: int | None, keep: int | None, seed_timeout: float | None,
+            max_failures: int | None, keep: int | None, max_groups: int,
+            seed_timeout: float | None,
             resume: bool, out: str, check_determinism: bool, shrink: bool | None,
             summary_md: str | None, junit_xml: str | None, as_json: bool) -> None:
     """Run SCENARIO over many seeds and report every invariant violated.
@@ -247,10 +268,12 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     Failures are grouped by what broke (the invariant, its message, the action
     that broke it); each group tells its count, first seed and shortest seed,
     and keeps the trace of its shortest seed (--keep-traces) with the one
-    command that replays it.  The shortest trace of each group is shrunk to its
-    shortest story, written beside it as OUT/<scenario>-<seed>.min.jsonl
-    (--no-shrink skips it).  Finished seeds are recorded in OUT/results.sqlite,
-    so an interrupted run continues with --resume; `dst runs` lists past runs.
+    command that replays it; the first --max-groups groups are kept, and the
+    failing seeds of any other are counted per invariant.  The shortest trace
+    of each group is shrunk to its shortest story, written beside it as
+    OUT/<scenario>-<seed>.min.jsonl (--no-shrink skips it).  Finished seeds are
+    recorded in OUT/results.sqlite, so an interrupted run continues with
+    --resume; `dst runs` lists past runs.
 
     \b
       dst run counter -c cas=false --seeds 2000
@@ -285,9 +308,13 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     except DstError as err:
         _die(err)
     ref = None if is_shipped(scenario) else scenario  # how workers and replay find it
+    try:  # pct with nothing to order runs as random: said in one line, never silently
+        pct_fallback = strategies.fallback(strategy, scen, config)
+    except Exception:  # the scenario's own failure: the workers report it
+        pct_fallback = None
     run = Invocation(scenario, switches, seeds, one_seed, seed_range, shard, strategy,
                      workers, duration, max_failures, keep, seed_timeout, out,
-                     check_determinism, start, stop, ref, cluster)
+                     check_determinism, start, stop, ref, cluster, max_groups)
     # From here until the workers are gone, Ctrl-C is counted, not raised: pressed
     # before the run is recorded, while workers start or before the first results,
     # it stops the run like a press mid-run (summary, --resume, exit 130).  A second
@@ -297,7 +324,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
             recorder = Recorder(out, scen.name, run_key(scen.name, config, strategy),
                                 record=not check_determinism)
             # The recorder writes the traces it keeps as chunks come back.
-            summary = BulkSummary(keep_traces=False, groups=GroupBook(keep))
+            summary = BulkSummary(keep_traces=False, groups=GroupBook(keep, max_groups))
             done = recorder.resume(summary, start, stop) if resume else []
             recorder.start(config, strategy, run.seeds_text(), run.shard_text(),
                            run.command_line(), summary.runs)
@@ -348,14 +375,22 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     status = run.status(summary)
     recorder.finish(summary, status, len(groups))
     recorder.close()
+    if pct_fallback is not None:
+        click.echo(encodable(pct_fallback), err=True)
     if as_json:
-        click.echo(json_document(run, scen, config, summary, groups, seconds, resumed))
+        document = json_document(run, scen, config, summary, groups, seconds, resumed)
+        if strategy.startswith("pct"):
+            document = json.dumps({**json.loads(document), "pct_fallback": pct_fallback},
+                                  indent=2)
+        click.echo(document)
     else:
         print_summary(run, scen, config, summary, groups, recorder.paths, seconds, resumed)
     facts = RunFacts(scen.name, config, strategy, run.seeds_text(), run.shard_text(),
                      summary.runs, resumed, summary.failed, seconds, status, groups,
                      replay=run.replay, rerun=lambda seed: rerun_line(run, seed),
-                     stalled=summary.stalled, by_invariant=dict(summary.by_invariant))
+                     stalled=summary.stalled, by_invariant=dict(summary.by_invariant),
+                     not_kept=dict(summary.groups.not_kept),
+                     not_kept_failed=summary.groups.not_kept_failed, max_groups=max_groups)
     try:
         if summary_md:
             write_report(summary_md, markdown(facts))

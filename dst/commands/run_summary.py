@@ -4,7 +4,9 @@ Each group is told once, by its shortest seed: its story (shrunk when it could
 be), the trace kept and the one command that replays it, how many seeds failed
 alike, and the first of them.  The first few groups get their story, the next
 few a line each; ``--json`` and ``--summary-md`` list them all.  Whatever the
-number of failing seeds, what is printed is bounded by the number of groups.
+number of failing seeds, what is printed is bounded by the number of groups, and
+that by ``--max-groups``: the failing seeds of groups not kept are one line of
+counts per invariant.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import click
 
 from ..errors import DstError
 from ..runner.bulk import BulkSummary, SeedOutcome
-from ..runner.groups import GroupBook, Report, Shrunk, shape
+from ..runner.groups import MAX_GROUPS, GroupBook, Report, Shrunk, shape
 from ..runner.recorder import Recorder
-from ..runner.reports import config_text, shown_trace
+from ..runner.reports import config_text, not_kept_text, shown_trace
 from ..scenario import Scenario
 from ..trace.codec import read_trace
 from ..trace.escape import encodable, visible
@@ -60,6 +62,8 @@ class Invocation:
     ref: str | None
     #: The Dask scheduler the seeds ran on (``--cluster``), if any.
     cluster: str | None = None
+    #: Failure groups kept (``--max-groups``).
+    max_groups: int = MAX_GROUPS
 
     def seeds_text(self) -> str:
         if self.stop is None:
@@ -100,6 +104,8 @@ class Invocation:
             argv += ["--max-failures", str(self.max_failures)]
         if self.keep != 1:
             argv += ["--keep-traces", "all" if self.keep is None else str(self.keep)]
+        if self.max_groups != MAX_GROUPS:
+            argv += ["--max-groups", str(self.max_groups)]
         if self.seed_timeout is not None:
             argv += ["--seed-timeout", duration_text(self.seed_timeout)]
         argv += ["--out", self.out]
@@ -217,6 +223,10 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
     if hidden > 0:
         _echo(f"... and {hidden:,} more failure groups (--json and --summary-md list "
                    "them all)")
+    book = summary.groups
+    unkept = not_kept_text(book.not_kept_failed, book.not_kept, run.max_groups)
+    if unkept:
+        _echo(f"... {unkept}")
     for o in summary.nondeterministic:
         _echo(f"NONDETERMINISTIC seed {o.seed}: {o.nondeterminism}")
     new = summary.runs - resumed
@@ -224,7 +234,8 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
     by = ", ".join(f"{k} x{v}" for k, v in sorted(summary.by_invariant.items()))
     earlier = f" ({resumed:,} done earlier, resumed)" if resumed else ""
     how = f" under {run.strategy}" if run.strategy != "random" else ""
-    grouped = (f" in {len(groups):,} group{'s' * (len(groups) != 1)}"
+    more = "more than " if unkept else ""
+    grouped = (f" in {more}{len(groups):,} group{'s' * (len(groups) != 1 or bool(more))}"
                if summary.failed else "")
     _echo(f"{title}{how}: {summary.runs:,} runs{earlier}, {summary.failed:,} failed"
                f"{' (' + by + ')' if by else ''}{grouped}, {rate:,.0f} runs/s "
@@ -292,6 +303,9 @@ def json_document(run: Invocation, scen: Scenario, config: dict[str, Any],
                       "shrunk": _shrunk_json(run, shrunk_by_seed.get(seed))}
                      for seed, steps, path, i, g in kept],
         "by_invariant": dict(sorted(summary.by_invariant.items())),
+        "max_groups": run.max_groups,
+        "not_kept": {"failed": summary.groups.not_kept_failed,
+                     "by_invariant": dict(sorted(summary.groups.not_kept.items()))},
         "resumed": resumed, "interrupted": summary.interrupted,
         "stopped_early": summary.stopped_early,
         "bounded": summary.bounded,

@@ -146,12 +146,14 @@ class BulkSummary:
 
     def count_failure(self, seed: int, steps: int, violated: Iterable[str],
                       sig: str | None) -> None:
-        """Count one failing seed in ``failed``, ``by_invariant`` and its group."""
+        """Count one failing seed in ``failed``, ``by_invariant`` and its group (or,
+        past ``--max-groups``, in the groups' count of failures not kept)."""
         self.failed += 1
+        violated = tuple(violated)
         for name in violated:
             self.by_invariant[name] = self.by_invariant.get(name, 0) + 1
         if sig is not None:
-            self.groups.group(sig).count_failure(seed, steps)
+            self.groups.count(sig, seed, steps, violated)
 
     def keep_policy(self) -> KeepPolicy | None:
         """What workers should render now (None: every failing trace)."""

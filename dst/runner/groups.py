@@ -27,6 +27,15 @@ Workers decide which traces to render from a :class:`KeepPolicy` the watching
 process sends with each chunk (the steps and seed a failure must beat to be
 kept, per signature): a failure-heavy run renders a handful of traces, not one
 per seed.
+
+The groups themselves are bounded too (``dst run --max-groups N``, ``MAX_GROUPS``
+by default): a scenario whose messages differ in more than digits could
+otherwise make a group, a trace file and a report entry of every failing seed.
+The groups kept are the first ``N`` distinct signatures in seed order (chunks
+are absorbed in seed order whatever the workers, locally or on a cluster, so
+the same ``N`` whatever their number); with ``--resume``, the groups recorded
+earlier come first.  A failure of any other signature is counted, per
+invariant, as *not kept*: no group, no trace, no report entry, only the counts.
 """
 
 from __future__ import annotations
@@ -44,6 +53,10 @@ _PART = 200
 
 #: Runs cut at the step bound whose traces are kept (the summary offers one).
 BOUNDED_KEPT = 3
+
+#: Failure groups kept by default (``dst run --max-groups``): past them, failures
+#: are only counted per invariant, so that memory, traces and reports stay bounded.
+MAX_GROUPS = 100
 
 _DIGITS = re.compile(r"\d+")
 
@@ -121,6 +134,10 @@ class KeepPolicy:
     #: holding the last of them is cut after it, so the shortest of those, not of
     #: the whole chunk, are rendered too.
     first: int | None = None
+    #: Once ``--max-groups`` groups are kept, no other can start: the signatures
+    #: kept, and a failure of any other one is not rendered.  None: a failure of a
+    #: new signature may still start a group.
+    only: frozenset[str] | None = None
 
 
 def to_render(failures: Iterable[tuple[int, int, str]], policy: KeepPolicy) -> set[int]:
@@ -128,7 +145,8 @@ def to_render(failures: Iterable[tuple[int, int, str]], policy: KeepPolicy) -> s
 
     Per signature, the ``per_group`` shortest (ties: the lower seed) that beat
     the policy's bar: a superset of what the watching process will keep, since
-    it only ever tightens the bar.  With ``policy.first``, also each failure
+    it only ever tightens the bar (and, once ``policy.only`` is set, never keeps
+    another group).  With ``policy.first``, also each failure
     that is among the ``per_group`` best of its own prefix of the chunk's first
     ``first`` failures: a run stopped early cuts the chunk after one of those.
     """
@@ -136,6 +154,8 @@ def to_render(failures: Iterable[tuple[int, int, str]], policy: KeepPolicy) -> s
     by_sig: dict[str, list[tuple[int, int]]] = {}
     chosen: set[int] = set()
     for i, (seed, steps, sig) in enumerate(sorted(failures)):
+        if policy.only is not None and sig not in policy.only:
+            continue  # a group --max-groups does not keep: counted, never rendered
         bar = policy.beat.get(sig)
         if bar is not None and (steps, seed) >= bar:
             continue
@@ -203,21 +223,37 @@ class Group:
 
 
 class GroupBook:
-    """Every group of a run, by signature; decides which traces are kept.
+    """Every group of a run, by signature; decides which groups and traces are kept.
 
-    ``per_group`` None keeps every failing trace (``--keep-traces all``): then,
+    At most ``max_groups`` groups hold failures (None: no bound); a failure of
+    another signature once they do is counted in ``not_kept`` (per invariant)
+    and ``not_kept_failed``, and nothing else is kept of it.  ``per_group`` None
+    keeps every failing trace of the groups kept (``--keep-traces all``): then,
     and only then, memory grows with each failure.
     """
 
-    def __init__(self, per_group: int | None = 1) -> None:
+    def __init__(self, per_group: int | None = 1, max_groups: int | None = MAX_GROUPS) -> None:
         self.per_group = per_group
+        self.max_groups = max_groups
         self.groups: dict[str, Group] = {}
         self.last_id = 0
+        #: Groups holding failures (``groups`` may also hold groups read back from the
+        #: results database with none in the seeds of this run).
+        self.live = 0
+        #: Failing seeds in groups not kept, per invariant and in all.
+        self.not_kept: dict[str, int] = {}
+        self.not_kept_failed = 0
 
     def __len__(self) -> int:
         return len(self.groups)
 
+    @property
+    def full(self) -> bool:
+        """No other group can start: ``max_groups`` groups hold failures."""
+        return self.max_groups is not None and self.live >= self.max_groups
+
     def group(self, sig: str) -> Group:
+        """The group of ``sig``, made if need be whatever the bound (see :meth:`count`)."""
         found = self.groups.get(sig)
         if found is None:
             self.last_id += 1
@@ -225,11 +261,54 @@ class GroupBook:
             self.groups[sig] = found
         return found
 
+    def kept_group(self, sig: str) -> Group | None:
+        """The group of ``sig`` if it is kept (it holds failures), else None."""
+        found = self.groups.get(sig)
+        return found if found is not None and found.count else None
+
+    def count(self, sig: str, seed: int, steps: int,
+              violated: Iterable[str]) -> Group | None:
+        """Count a failing seed in its group; None when that group is not kept.
+
+        A signature without failures yet starts a group only while fewer than
+        ``max_groups`` hold failures; past that, the failure is counted per
+        invariant in ``not_kept`` and nothing else of it is kept.
+        """
+        found = self.groups.get(sig)
+        if found is None or not found.count:
+            if self.full:
+                self.add_not_kept(violated, 1)
+                return None
+            found = found or self.group(sig)
+            self.live += 1
+        found.count_failure(seed, steps)
+        return found
+
+    def add_not_kept(self, violated: Iterable[str], n: int) -> None:
+        """``n`` failing seeds, each violating ``violated``, in groups not kept."""
+        self.not_kept_failed += n
+        for name in violated:
+            self.not_kept[name] = self.not_kept.get(name, 0) + n
+
     def add_loaded(self, group: Group) -> None:
         """A group read back from the results database (``--resume``)."""
         group.new = False
         self.groups[group.signature] = group
         self.last_id = max(self.last_id, group.id)
+
+    def settle(self) -> None:
+        """After groups were read back with their counts (``--resume``): count those
+        holding failures, and past ``max_groups`` (a resumed run asking for fewer
+        than an earlier one kept) count the latest found as not kept.  Their rows
+        and traces stay where the earlier run recorded them, for a run that keeps more."""
+        live = self.ordered()
+        self.live = len(live)
+        if self.max_groups is None or self.live <= self.max_groups:
+            return
+        for g in live[self.max_groups:]:
+            self.add_not_kept(g.violated, g.count)
+            del self.groups[g.signature]
+        self.live = self.max_groups
 
     def wants(self, group: Group, seed: int, steps: int) -> bool:
         """Whether a trace of this failure would be kept now."""
@@ -255,7 +334,9 @@ class GroupBook:
         n = self.per_group
         beat = {sig: g.kept[-1][:2] for sig, g in self.groups.items()
                 if g.kept and len(g.kept) >= n}
-        return KeepPolicy(n, beat, bounded)
+        only = (frozenset(sig for sig, g in self.groups.items() if g.count) if self.full
+                else None)
+        return KeepPolicy(n, beat, bounded, only=only)
 
     def ordered(self) -> list[Group]:
         """Groups by first seed (the order they were found in a run from seed 0)."""

@@ -5,7 +5,7 @@ stopped by Ctrl-C (or killed, or the machine crashing) keeps every finished
 chunk, and ``--resume`` starts from there.  Which failing traces are kept is the
 group book's decision (``dst.runner.groups``); a trace that a shorter one of its
 group displaces is deleted, so the directory holds a few traces per group
-however long the run.
+however long the run, and none of a group not kept (``--max-groups``).
 """
 
 from __future__ import annotations
@@ -80,13 +80,22 @@ class Recorder:
             summary.failed += count
             for name in group.violated:
                 summary.by_invariant[name] = summary.by_invariant.get(name, 0) + count
+        for violated, count in self.db.not_kept_within(self.key, start, stop).items():
+            summary.failed += count
+            for name in violated:
+                summary.by_invariant[name] = summary.by_invariant.get(name, 0) + count
+            book.add_not_kept(violated, count)
+        book.settle()  # the groups beyond --max-groups, if fewer than before: not kept
         for failure, gid in self.db.kept_within(self.key, start, stop):
             if gid is None:  # recorded before groups: counted here, once per resume
-                group = book.group(legacy_signature(failure.violated))
-                summary.count_failure(failure.seed, failure.steps, failure.violated,
-                                      group.signature)
+                sig = legacy_signature(failure.violated)
+                summary.count_failure(failure.seed, failure.steps, failure.violated, sig)
+                found = book.kept_group(sig)
             else:
-                group = by_id[gid]
+                found = book.kept_group(by_id[gid].signature)
+            if found is None:
+                continue  # a group this run does not keep
+            group = found
             group.kept.append((failure.steps, failure.seed, Path(failure.trace)))
             group.kept.sort(key=lambda k: k[:2])
         probes, states = self.db.coverage(self.key)
@@ -129,13 +138,19 @@ class Recorder:
         rec.kept = [f for f in rec.kept if f.seed not in dropped]
         if self.record:
             if self.run_id is not None:
-                live = sum(1 for g in book.groups.values() if g.count)
-                rec.progress = (self.run_id, summary.runs, summary.failed, live,
+                rec.progress = (self.run_id, summary.runs, summary.failed, book.live,
                                 time.monotonic() - self.began)
             self.db.record(self.key, rec)
 
     def _failure(self, book: GroupBook, o: SeedOutcome, rec: ChunkRecord) -> None:
-        group = book.group(o.signature or legacy_signature(o.violated))
+        if o.signature is None:  # no signature (made by hand): grouped by its invariants
+            found: Group | None = book.group(legacy_signature(o.violated))
+        else:
+            found = book.kept_group(o.signature)  # absorbed already: counted, or not kept
+        if found is None:
+            rec.not_kept.append((o.seed, o.violated))  # no group, no trace: a count
+            return
+        group = found
         if group.new:
             rec.groups.append((group.id, group.signature))
             group.new = False

@@ -2,8 +2,10 @@
 
 Both are written from the failure groups (``dst.runner.groups``), never one
 entry per failing seed, so a run with 20,000 failures of one bug reports one
-group.  Every string that comes from a trace or from the scenario (an actor, an
-event, a message, a config value) is untrusted: the Markdown passes it through
+group; and at most ``--max-groups`` groups, so a run whose every seed fails its
+own way reports those and a count of the failing seeds in the groups not kept.
+Every string that comes from a trace or from the scenario (an actor, an event, a
+message, a config value) is untrusted: the Markdown passes it through
 :func:`~dst.trace.escape.markdown_inline` and shows commands as indented code
 blocks (which Markdown prints as they are), and the XML is built by ElementTree
 (which escapes markup) from text whose control characters, lone surrogates and
@@ -60,10 +62,30 @@ class RunFacts:
     rerun: Callable[[int], str]
     stalled: str | None = None
     by_invariant: dict[str, int] = field(default_factory=dict)
+    #: Failing seeds in groups not kept (``--max-groups``), per invariant and in all.
+    not_kept: dict[str, int] = field(default_factory=dict)
+    not_kept_failed: int = 0
+    max_groups: int | None = None
 
     @property
     def title(self) -> str:
         return f"{self.scenario} [{config_text(self.config)}]"
+
+    def not_kept_line(self, name: Callable[[str], str] = _xml) -> str | None:
+        return not_kept_text(self.not_kept_failed, self.not_kept, self.max_groups, name)
+
+
+def not_kept_text(failed: int, by_invariant: dict[str, int], max_groups: int | None,
+                  name: Callable[[str], str] = visible) -> str | None:
+    """``and N more failing seeds in groups not kept: Inv xN (--max-groups ...)``; None
+    when every failing seed is in a group kept.  ``name`` shows an invariant's name."""
+    if not failed:
+        return None
+    by = ", ".join(f"{name(inv)} x{n:,}" for inv, n in sorted(by_invariant.items()))
+    bound = (f" (--max-groups {max_groups} keeps the first {max_groups} groups found, in "
+             "seed order; raise it to keep more)" if max_groups is not None else "")
+    return (f"and {failed:,} more failing seed{'s' * (failed != 1)} in groups not kept: "
+            f"{by}{bound}")
 
 
 def config_text(config: dict[str, Any]) -> str:
@@ -94,8 +116,10 @@ def markdown(facts: RunFacts) -> str:
     md = markdown_inline
     rate = (facts.runs - facts.resumed) / facts.seconds if facts.seconds > 0 else 0.0
     n = len(facts.groups)
-    head = (f"{facts.failed:,} failing seed{'s' * (facts.failed != 1)} in {n} "
-            f"group{'s' * (n != 1)}" if facts.failed else f"no failures in {facts.runs:,} seeds")
+    more = "more than " if facts.not_kept_failed else ""
+    head = (f"{facts.failed:,} failing seed{'s' * (facts.failed != 1)} in {more}{n:,} "
+            f"group{'s' * (n != 1 or bool(more))}" if facts.failed
+            else f"no failures in {facts.runs:,} seeds")
     out = [f"### dst run {md(facts.scenario)}: {head}", "",
            f"- scenario: {md(facts.scenario)}",
            f"- config: {md(config_text(facts.config)) or 'defaults'}",
@@ -108,14 +132,17 @@ def markdown(facts: RunFacts) -> str:
            f"trio {md(trio.__version__)})", ""]
     if facts.stalled:
         out += [f"**Incomplete:** {md(facts.stalled)}", ""]
+    unkept = facts.not_kept_line(md)
     if not facts.groups:
-        return "\n".join(out) + "\n"
+        return "\n".join(out + ([unkept] if unkept else [])) + "\n"
     out += ["| group | violated | seeds | first seed | shortest seed |",
             "|---:|---|---:|---:|---|"]
     for i, g in enumerate(facts.groups, 1):
         steps, seed = g.shortest
         out.append(f"| {i} | {md(', '.join(g.violated))} | {g.count:,} | {g.first_seed} | "
                    f"{seed} ({steps} steps) |")
+    if unkept:
+        out += ["", unkept]
     for i, g in enumerate(facts.groups, 1):
         out += ["", f"#### Group {i}: {md(', '.join(g.violated))} violated in "
                     f"{g.count:,} seed{'s' * (g.count != 1)}", ""]
@@ -154,14 +181,18 @@ def _markdown_story(g: Report, replay_of: Callable[[Path], str]) -> list[str]:
 
 
 def junit(facts: RunFacts) -> str:
-    """JUnit XML: one test case for the scenario and config, one failure per group."""
-    failures = len(facts.groups)
+    """JUnit XML: a failing test case per group (and one for the failing seeds in groups
+    not kept); the scenario and config's own test case when nothing failed or a worker
+    had to be stopped (its error).  Every count is of test cases: failures <= tests."""
+    unkept = facts.not_kept_line()
+    failures = len(facts.groups) + (1 if unkept else 0)
     errors = 1 if facts.stalled else 0
+    tests = failures + (1 if errors or not failures else 0)
     seconds = f"{facts.seconds:.3f}"
-    suites = ET.Element("testsuites", name="dst run", tests="1", failures=str(failures),
-                        errors=str(errors), time=seconds)
+    suites = ET.Element("testsuites", name="dst run", tests=str(tests),
+                        failures=str(failures), errors=str(errors), time=seconds)
     suite = ET.SubElement(suites, "testsuite", name=_xml(f"dst run {facts.scenario}"),
-                          tests="1", failures=str(failures), errors=str(errors),
+                          tests=str(tests), failures=str(failures), errors=str(errors),
                           skipped="0", time=seconds)
     props = ET.SubElement(suite, "properties")
     for name, value in (("scenario", facts.scenario), ("config", config_text(facts.config)),
@@ -170,21 +201,30 @@ def junit(facts: RunFacts) -> str:
                         ("failed", str(facts.failed)), ("ended", facts.status),
                         ("dst", __version__)):
         ET.SubElement(props, "property", name=name, value=_xml(value))
-    case = ET.SubElement(suite, "testcase", classname=_xml(f"dst.{facts.scenario}"),
-                         name=_xml(facts.title), time=seconds)
+    classname = _xml(f"dst.{facts.scenario}")
+    if tests > failures:  # nothing failed, or a worker had to be stopped
+        case = ET.SubElement(suite, "testcase", classname=classname, name=_xml(facts.title),
+                             time=seconds)
+        if facts.stalled:
+            ET.SubElement(case, "error", message=_xml(facts.stalled), type="incomplete")
     for i, g in enumerate(facts.groups, 1):
         steps, seed = g.shortest
         found = shown_trace(g)
         replay = facts.replay(found[0]) if found else facts.rerun(seed)
         message = (f"group {i}: {', '.join(g.violated)} violated in {g.count:,} seeds "
                    f"(first {g.first_seed}, shortest {seed}: {steps} steps); replay: {replay}")
+        case = ET.SubElement(suite, "testcase", classname=classname,
+                             name=_xml(f"{facts.title} group {i}"), time=seconds)
         fail = ET.SubElement(case, "failure", message=_xml(message),
                              type=_xml(", ".join(g.violated)))
         told = story(found[1]) if found else []
         fail.text = "\n".join([_xml(f"{t}  {actor}  {text}") for _, t, actor, text in told]
                               + [_xml(f"replay: {replay}")])
-    if facts.stalled:
-        ET.SubElement(case, "error", message=_xml(facts.stalled), type="incomplete")
+    if unkept:
+        case = ET.SubElement(suite, "testcase", classname=classname,
+                             name=_xml(f"{facts.title} groups not kept"), time=seconds)
+        ET.SubElement(case, "failure", message=unkept,
+                      type=_xml(", ".join(sorted(facts.not_kept))))
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=False) + "\n"
 

@@ -18,8 +18,11 @@ Failures are kept in two forms.  Every failing seed is one small row (seed,
 group, steps) under an integer id of its run key, about 20 bytes, so that a
 resumed run of any sub-range counts its groups exactly; the failures whose
 traces are kept (``dst.runner.groups``) have a row naming the trace file.  Each
-group's signature and shrunk story is a row of its own.  Every invocation of
-``dst run`` is a row of ``runs``, updated with each chunk, which ``dst runs`` lists.
+group's signature and shrunk story is a row of its own.  A failing seed of a group
+not kept (past ``--max-groups``) has a row in ``unkept`` instead, its seed and the
+invariants it violated, so that a resumed run counts those per invariant too.
+Every invocation of ``dst run`` is a row of ``runs``, updated with each chunk,
+which ``dst runs`` lists.
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ CREATE TABLE IF NOT EXISTS groups (
 );
 CREATE TABLE IF NOT EXISTS failed (
     key INTEGER NOT NULL, seed INTEGER NOT NULL, grp INTEGER NOT NULL, steps INTEGER NOT NULL,
+    PRIMARY KEY (key, seed)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS unkept (
+    key INTEGER NOT NULL, seed INTEGER NOT NULL, violated TEXT NOT NULL,
     PRIMARY KEY (key, seed)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
@@ -137,6 +144,8 @@ class ChunkRecord:
     failed: list[tuple[int, int, int]] = field(default_factory=list)
     #: ``(group id, signature)`` of groups seen for the first time.
     groups: list[tuple[int, str]] = field(default_factory=list)
+    #: ``(seed, violated)`` of the chunk's failing seeds in groups not kept.
+    not_kept: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
     #: ``(seed, trace path or "")`` of the runs cut at the step bound.
     bounded: list[tuple[int, str]] = field(default_factory=list)
     probes: dict[str, bool] = field(default_factory=dict)
@@ -223,9 +232,23 @@ class ResultsDB:
             self._db.executemany(
                 "INSERT OR IGNORE INTO groups (key, grp, signature) VALUES (?, ?, ?)",
                 [(kid, grp, sig) for grp, sig in chunk.groups])
+            # A seed run again (without --resume) may change sides: one row, in one table.
+            self._db.executemany(
+                "DELETE FROM unkept WHERE key = ? AND seed = ?",
+                [(kid, seed) for seed, _, _ in chunk.failed])
             self._db.executemany(
                 "INSERT OR REPLACE INTO failed VALUES (?, ?, ?, ?)",
                 [(kid, seed, grp, steps) for seed, grp, steps in chunk.failed])
+            self._db.executemany(
+                "DELETE FROM failed WHERE key = ? AND seed = ?",
+                [(kid, seed) for seed, _ in chunk.not_kept])
+            self._db.executemany(
+                "DELETE FROM failures WHERE run_key = ? AND seed = ?",
+                [(key, seed) for seed, _ in chunk.not_kept])
+            self._db.executemany(
+                "INSERT OR REPLACE INTO unkept VALUES (?, ?, ?)",
+                [(kid, seed, json.dumps(list(violated), separators=(",", ":")))
+                 for seed, violated in chunk.not_kept])
             self._db.executemany(
                 "INSERT INTO probes VALUES (?, ?, ?) ON CONFLICT (run_key, probe) "
                 "DO UPDATE SET reached = max(reached, excluded.reached)",
@@ -303,6 +326,14 @@ class ResultsDB:
                 "AND seed >= ? AND seed < ?", (kid, grp, fewest, start, end)).fetchone()[0]
             out[grp] = (n, first, (fewest, int(seed)))
         return out
+
+    def not_kept_within(self, key: str, start: int,
+                        stop: int | None) -> dict[tuple[str, ...], int]:
+        """Failing seeds in ``[start, stop)`` of groups not kept, by the invariants they
+        violated; added up by SQLite."""
+        return {tuple(json.loads(v)): int(n) for v, n in self._db.execute(
+            "SELECT violated, count(*) FROM unkept WHERE key = ? AND seed >= ? AND seed < ? "
+            "GROUP BY violated", (self.key_id(key), start, _end(stop)))}
 
     def kept_within(self, key: str, start: int,
                     stop: int | None) -> list[tuple[StoredFailure, int | None]]:
