@@ -14,58 +14,60 @@ other.  Each bug of depth ``d`` then shows with probability at least
 windows it needs.
 
 Actors.  dst's options are labels (``dst.sim.kernel``); the actor an option
-belongs to is read off its label (:func:`actor_of`):
+belongs to is read off its label (:func:`actor_of`).  By default the actors are
+the simulated *processes*:
 
-- ``P/task@store.op(key)``, ``P@send(Q)``, ``P/task@run``: the task ``P/task``
-  (a task keeps its priority whether it is parked at an ``Env`` call or held
-  at a trio checkpoint);
-- ``deliver:m3(a->b)``: the message ``m3``, an actor of its own, so deliveries
-  are ordered like tasks;
+- ``P/task@store.op(key)``, ``P@send(Q)``, ``P/task@run``: the process ``P``
+  (all its tasks share its priority, whether parked at an ``Env`` call or held
+  at a trio checkpoint; among them the random walk's weighted draw decides);
+- ``deliver:m3(a->b)``: the receiving process ``b`` (taking a message in is
+  the receiver's step, as an actor's dequeue is in actor-model PCT);
 - ``timer@T``: the ``timer`` actor;
 - every fault (``crash:``, ``restart:``, ``drop:``, ``dup:``, ``partition:``,
   a call's ``!fail``, ``!lose_reply``, ``!delay``, ``!repeat`` variant): the
   ``faults`` actor.
 
+With ``actors="task"`` (spec ``pct:actors=task``) every task is an actor of
+its own (``P/task``; a delivery belongs to ``b``'s main task ``b``), which
+lets one task of a process run a long way inside another's window.
+
+Messages are never actors of their own.  Each message its own actor made the
+contending actors many (a dozen on the shipped ``approval`` runs for three
+processes) and each one's contested steps few, and PCT's priorities then
+serialise what the bugs there need interleaved: the two turns of one process
+that race for one approval.  With processes as actors those turns are ordered
+by the random walk inside their process, and PCT orders the processes.
+
 The *world* (``timer`` and ``faults``) is not ordered by priority by default:
 at each step it goes with the probability the random walk would give it (its
-options' weights against the rest), and PCT orders the tasks and messages
-otherwise.  As priority actors (``world="actor"``) a top-priority ``faults``
-spends every fault budget in the first steps (a crash before anything
-happened) and a top-priority ``timer`` fires every timeout before any reply
-can arrive; measured over the shipped planted bugs that wasted most runs
+options' weights against the rest), and PCT orders the processes otherwise.
+As priority actors (``world="actor"``) a top-priority ``faults`` spends every
+fault budget in the first steps (a crash before anything happened) and a
+top-priority ``timer`` fires every timeout before any reply can arrive;
+measured over the shipped planted bugs that wasted most runs
 (``benchmarks/README.md``).  Either way it is the seed that decides.
 
 ``k`` counts only *contested* steps, where two priority actors or more are
 enabled: a change point anywhere else could not change the order of anything.
 It should be about the number of such steps in a run (points past the end are
-wasted); ``dst.explore.strategies`` estimates it unless it is given, and the
-strategy's name records it (``pct:d=5,k=41``).
+wasted); ``dst.explore.strategies`` estimates it unless it is given, with the
+number ``n`` of actors that contended, and the strategy's name records both
+(``pct:d=5,k=41,n=2``).
 
 Data choices (a fake's ``sim.choose(label, options)``: every label is
 ``label:option`` for one ``label`` that is not the kernel's) are drawn
 uniformly from the seed: PCT's guarantee is about orderings, and a fake's
 answers are not actors.
 
-**When PCT defers to the random walk.**  PCT pays off when a bug needs one
-actor to run a long way inside another's window: its priorities keep the
-window open however many steps that takes, where a random walk closes it with
-probability about one half per step.  When the runs give each contending actor
-only a few contested steps (``k < 5 n``, ``n`` the actors that contend), there
-is little such way to run, and what bugs need there is fine interleaving,
-which a random walk gives and PCT's priorities take away.  Measured on the
-shipped planted bugs (``benchmarks/README.md``), every variant tried on the
-short ``approval`` races (depths 3 to 8, a random step mixed into every
-contested step or into the steps before a write, the world's options as
-actors, newly created actors first, runs in bursts) found them less often than
-the random walk, and the variants that came closest lost the long-window bugs;
-on the replenisher's runs (``k`` from 4 to 5 times ``n``) PCT and the random
-walk find most bugs at the same rate, in the first seed or two.  So with ``n``
-known (estimated with ``k``), a run of fewer than ``5 n`` contested steps is
-scheduled exactly as ``random`` schedules the same seed, and pct is never
-worse than the random walk; the strategy's name records ``n``
-(``pct:d=5,k=14,n=10``).  Long windows (a check-then-act lock taken after
-twelve writes, ``k = 7 n``; an entity's year of checks, ``k = 6.6 n``) stay
-PCT's, where it finds in one run what the random walk needs hundreds for.
+**PCT is PCT, or says it is not.**  A PCT run draws from its own streams
+(``dst-pct/SEED``), never the random walk's, so its schedules differ from
+``random``'s for the same seeds.  Where PCT has nothing to order (the estimate
+saw no step at which two actors could both go: one process, or processes that
+never overlap), ``dst.explore.strategies`` runs the random walk instead and
+says so in one line (``pct fell back to random: ...``), which ``dst run``
+prints and puts in its ``--json`` document; nothing falls back silently.
+Measured seeds to the first failure against the random walk on every shipped
+planted bug: ``benchmarks/README.md`` ("bench_pct.py").
 """
 
 from __future__ import annotations
@@ -74,14 +76,14 @@ import random
 import re
 from collections.abc import Sequence
 
-from ..sim.strategy import RandomWalk
-
 #: The default bug depth: four change points.  Depth 2 is enough for an
 #: atomicity violation between two actors, but on the shipped planted bugs
 #: (``benchmarks/README.md``, "Strategies") depth 5 found the shallow races
 #: between short, similar tasks about 1.5 times as often as depth 3 did (in
 #: 1.2-1.4 times as many runs as a random walk, against 2), and the deep ones
 #: only about 10% less often (still 3 to 7 times as often as a random walk).
+#: Measured again with processes as actors (``benchmarks/bench_pct.py``, 60 ranges
+#: of 500 seeds): depth 5 found 15 of the 20 bugs at least as often as depth 3.
 DEFAULT_DEPTH = 5
 
 #: How the world (timers and faults) is scheduled (see the module docstring).
@@ -94,24 +96,29 @@ _FAULT_PREFIXES = ("drop:", "dup:", "crash:", "restart:", "partition:")
 _CALL_FAULT = re.compile(r"!(fail|lose_reply|delay|repeat)$")
 _TIMER = re.compile(r"timer@[0-9]")
 
-#: Contested steps per contending actor below which PCT defers to the random walk.
-WALK_BELOW = 5
+#: What an actor is (see the module docstring); ``process`` is the default.
+ACTORS = ("process", "task")
+DEFAULT_ACTORS = "process"
 
 FAULTS = "faults"
 TIMER = "timer"
 _WORLD = (FAULTS, TIMER)
 
 
-def actor_of(label: str) -> str:
-    """The actor a scheduling option belongs to (see the module docstring)."""
+def actor_of(label: str, actors: str = DEFAULT_ACTORS) -> str:
+    """The actor a scheduling option belongs to: its process, or with ``actors="task"``
+    its task (see the module docstring)."""
     if label.startswith(_FAULT_PREFIXES) or _CALL_FAULT.search(label):
         return FAULTS
     if label.startswith("deliver:"):
-        return "message " + label[8:].partition("(")[0]
+        # deliver:m3(a->b): the receiver b, whose main task is named b too.
+        inside = label.partition("(")[2]
+        return inside[:-1].rpartition("->")[2] if inside.endswith(")") else label
     if _TIMER.match(label):
         return TIMER
     head, at, _ = label.partition("@")
-    return head if at else label
+    task = head if at else label
+    return task if actors == "task" else task.partition("/")[0]
 
 
 def is_data(labels: Sequence[str]) -> bool:
@@ -134,15 +141,18 @@ class PCT:
     """The PCT scheduler for one seed; ``name`` records its parameters."""
 
     def __init__(self, seed: int, depth: int = DEFAULT_DEPTH, steps: int = 200,
-                 world: str = DEFAULT_WORLD, actors: int | None = None) -> None:
-        if depth < 1 or steps < 1 or world not in WORLDS or (actors is not None and actors < 1):
-            raise ValueError(f"PCT needs depth >= 1, steps >= 1, actors >= 1 and a world of "
-                             f"{WORLDS}, not d={depth}, k={steps}, n={actors}, world={world!r}")
-        self.name = (f"pct:d={depth},k={steps}" + ("" if actors is None else f",n={actors}")
-                     + ("" if world == DEFAULT_WORLD else f",{world=!s}"))
-        #: Short runs of many actors: the random walk of the same seed (module docstring).
-        self._walk = (RandomWalk(seed) if actors is not None and steps < WALK_BELOW * actors
-                      else None)
+                 world: str = DEFAULT_WORLD, count: int | None = None,
+                 actors: str = DEFAULT_ACTORS) -> None:
+        if (depth < 1 or steps < 1 or world not in WORLDS or actors not in ACTORS
+                or (count is not None and count < 1)):
+            raise ValueError(f"PCT needs depth >= 1, steps >= 1, n >= 1, a world of {WORLDS} "
+                             f"and actors of {ACTORS}, not d={depth}, k={steps}, n={count}, "
+                             f"world={world!r}, actors={actors!r}")
+        #: ``n`` (``count``) is the actors the estimate saw contend: recorded, not used.
+        self.name = (f"pct:d={depth},k={steps}" + ("" if count is None else f",n={count}")
+                     + ("" if world == DEFAULT_WORLD else f",{world=!s}")
+                     + ("" if actors == DEFAULT_ACTORS else f",{actors=!s}"))
+        self._actors = actors
         self._weigh_world = world == "weighted"
         # Separate streams: a data choice or the world's draw never shifts the
         # priorities and change points, and the priorities never shift those.
@@ -167,23 +177,16 @@ class PCT:
             p = self._priority[actor] = self._rng.random()
         return p
 
-    @property
-    def walks(self) -> bool:
-        """Whether this run is the random walk's (see the module docstring)."""
-        return self._walk is not None
-
     def choose(
         self, step: int, labels: Sequence[str], weights: Sequence[float] | None
     ) -> int:
-        if self._walk is not None:
-            return self._walk.choose(step, labels, weights)
         n = len(labels)
         if n == 1:
-            self._of(actor_of(labels[0]))
+            self._of(actor_of(labels[0], self._actors))
             return 0
         if is_data(labels):
             return int(self._pick.random() * n)
-        actors = [actor_of(label) for label in labels]
+        actors = [actor_of(label, self._actors) for label in labels]
         if self._weigh_world:
             world = [i for i, a in enumerate(actors) if a in _WORLD]
             if world:

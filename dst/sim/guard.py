@@ -17,6 +17,11 @@ traps, and also every reference to them that non-standard-library modules hold
 run.  A trap that escapes anyway (into an object, a closure, a default argument)
 behaves exactly like the original once the guard is gone.
 
+Clock aliases of ``datetime`` (``NOW = datetime.datetime.now``, ``UTCNOW =
+datetime.utcnow``, ``TODAY = date.today`` at a user module's top level) are
+trapped like ``from time import time``; see :func:`_clock_alias` for why they
+need their own test.
+
 Who may call what:
 
 * *Readers* of the real world (clocks, generators, threads, sockets, processes)
@@ -281,6 +286,47 @@ class _GuardedDate(_dt.date, metaclass=_StandIn):
 
 _STANDS_FOR: dict[type, type] = {_GuardedDatetime: _REAL_DATETIME, _GuardedDate: _REAL_DATE}
 
+#: The clock-reading classmethods of ``datetime.datetime`` and ``datetime.date``.
+_DATETIME_CLOCKS = frozenset({"now", "utcnow", "today"})
+_DATE_CLOCKS = frozenset({"today"})
+_BOUND_METHOD_TYPES = (types.BuiltinMethodType, types.MethodType)
+
+
+def _clock_alias(value: Any) -> Any:
+    """The trapping stand-in for a datetime clock method bound before the run, else None.
+
+    ``time.time`` is one object, so a user module's ``from time import time``
+    holds that very object and is found by identity and swapped.  A module-level
+    ``NOW = datetime.datetime.now`` (or ``datetime.utcnow``, ``date.today``)
+    holds no shared object: every attribute access on a class makes a new bound
+    method, and ``datetime.datetime`` is a C type whose methods cannot be
+    patched, so neither identity nor patching the class reaches the alias.
+    What the alias does hold is its binding: a method named ``now``,
+    ``utcnow`` or ``today`` whose ``__self__`` is the real ``datetime`` (or
+    ``date``) class.  The scan of user modules' globals that swaps ``from time
+    import time`` therefore also recognises that shape (one ``type()`` test per
+    name, and only on the scans that look at every name) and swaps in the same
+    method of the stand-in class (``_GuardedDatetime.now``), which traps exactly
+    as ``datetime.datetime.now()`` itself does inside a run, and reads the real
+    clock otherwise; ``restore()`` puts the user's own bound method back.
+
+    Rejected alternatives: swapping ``datetime`` itself in user namespaces (done
+    already) does not reach an alias taken from it; wrapping the alias needs the
+    same recognition and adds a type of its own; ``sys.setprofile``-style call
+    hooks would cost every call of every run.  As for ``time.time``, an alias
+    kept in a local, a closure, a default argument or a class body is out of
+    reach; ``--check-determinism`` is the backstop there.
+    """
+    if type(value) not in _BOUND_METHOD_TYPES:
+        return None
+    owner = getattr(value, "__self__", None)  # compared by identity: it may be unhashable
+    name = getattr(value, "__name__", None)
+    if owner is _REAL_DATETIME and name in _DATETIME_CLOCKS:
+        return getattr(_GuardedDatetime, name)
+    if owner is _REAL_DATE and name in _DATE_CLOCKS:
+        return getattr(_GuardedDate, name)
+    return None
+
 
 class _Proxy:
     """A module as one stdlib module sees it while the guard is installed."""
@@ -501,13 +547,19 @@ def _swap(state: _Installed, mod: types.ModuleType, table: dict[int, tuple[Any, 
     full = cached is None or cached[0] is not namespace or cached[1] != len(namespace)
     names = list(namespace) if full or cached is None else cached[2]
     matched = []
+    user = kind == "user"
     for attr in names:
         value = namespace.get(attr, _MISSING)
         hit = table.get(id(value))
         if hit is not None and hit[0] is value:
-            matched.append(attr)
-            state.patched.append((mod, attr, value))
-            namespace[attr] = hit[1]
+            replacement = hit[1]
+        elif user and (alias := _clock_alias(value)) is not None:
+            replacement = alias  # ``NOW = datetime.datetime.now``: see _clock_alias
+        else:
+            continue
+        matched.append(attr)
+        state.patched.append((mod, attr, value))
+        namespace[attr] = replacement
     if full:
         _SCANS[key] = (namespace, len(namespace), tuple(matched))
 
