@@ -84,6 +84,10 @@ def _duration(text: str) -> float:
 @click.option("--no-por", is_flag=True, help="Plain depth-first search: every interleaving.")
 @click.option("--compare-dfs", is_flag=True,
               help="Also run plain depth-first search and report what reduction saved.")
+@click.option("--check-reduction", is_flag=True,
+              help="Also run plain depth-first search (no reduction, no state caching) "
+                   "over the same bounds, and exit 5 if its verdicts or shortest "
+                   "violations differ from the reduced search's.")
 @click.option("--prune-states/--no-prune-states", default=None,
               help="Skip states explored before (needs @scenario.fingerprint, and one "
                    "that names every object the processes share) [default: when the "
@@ -94,8 +98,8 @@ def _duration(text: str) -> float:
 def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None, crashes: int,
             drops: int, dups: int, preemptions: int, service_faults: bool,
             invariants: tuple[str, ...], max_schedules: int, budget: str | None, seed: int,
-            no_por: bool, compare_dfs: bool, prune_states: bool | None, out: str,
-            as_json: bool) -> None:
+            no_por: bool, compare_dfs: bool, check_reduction: bool, prune_states: bool | None,
+            out: str, as_json: bool) -> None:
     """Run every schedule of SCENARIO within bounds: a proof, or the shortest trace.
 
     Every interleaving, timer, data choice and fault within the bounds is run,
@@ -111,6 +115,7 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
     Examples:
       dst explore counter -c workers=2 -c increments=3
       dst explore counter -c cas=false --compare-dfs
+      dst explore counter -c cas=false --check-reduction
       dst explore approval -c llm=happy -c spend_mode=after \\
           --invariant AtMostOnce --invariant NoResurrection
       dst explore bank.py --max-steps 40 --crashes 1 --budget 5m --json
@@ -118,7 +123,8 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
     \b
     Exit status: 0 nothing violated (a proof only if the summary says so),
     1 a check was violated, 2 bad input, 3 the scenario did not repeat itself
-    under the same choices, 4 the scenario itself is broken.
+    under the same choices, 4 the scenario itself is broken, 5 --check-reduction
+    found the reduced search disagreeing with plain search.
     """
     try:
         scenario = load(scenario_ref)
@@ -135,7 +141,7 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
             scenario, config, bounds, por=not no_por, prune_states=prune_states, seed=seed,
             progress=show.update))
         plain = None
-        if compare_dfs and not no_por:
+        if (compare_dfs or check_reduction) and not no_por:
             plain = _guarded(scenario, scenario_ref, config, seed, lambda: explore(
                 scenario, config, bounds, por=False, prune_states=False, seed=seed,
                 progress=show.update))
@@ -152,7 +158,20 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
         click.echo(json.dumps(_document(result, plain, written, seed), indent=2))
     else:
         _print(result, plain, written)
+    if check_reduction and plain is not None:
+        if not (plain.exhausted and result.exhausted):
+            click.echo("check-reduction: not checked, a search stopped before every "
+                       "schedule ran (raise --max-schedules or --budget)", err=True)
+        elif (differs := _disagreement(result, plain)) is not None:
+            click.echo(f"check-reduction: FAILED, the reduced search disagrees with plain "
+                       f"depth-first search ({differs}): a bug in dst's reduction; "
+                       "trust the plain search (--no-por) and report it", err=True)
+            sys.exit(EXIT_UNSOUND)
     sys.exit(EXIT_VIOLATION if result.violations else EXIT_OK)
+
+
+#: Exit status of ``--check-reduction`` when the reduced search disagrees with plain search.
+EXIT_UNSOUND = 5
 
 
 T = TypeVar("T")

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -74,9 +75,9 @@ from ..trace.model import Trace
 from .findings import BUILT_IN, Bounds, Exploration, Violation, fault_plan
 from .footprint import FOREIGN, ClockTap, Footprint, StepWatch, watch_stores
 from .independence import Independence
-from .memory import Reads, Unreadable
+from .memory import Reads, Unreadable, modules_of, modules_state
 from .ordering import Ordering
-from .states import process_memory, shared_objects, state_key
+from .states import process_memory, state_key, task_labels
 from .views import commute_in_process, sharing, views, views_after
 
 __all__ = ["BUILT_IN", "Bounds", "Exploration", "Violation", "explore", "fault_plan", "record",
@@ -114,7 +115,8 @@ class _Node:
     cut: bool = False
     #: Check -> (the shortest decisions found from this node to its violation, message).
     best: dict[str, tuple[Decisions, str]] = field(default_factory=dict)
-    #: Digest of each process's memory in this node's state (state caching only).
+    #: Digest of each process's memory in this node's state, and of the globals
+    #: (under ``""``), when Python state is watched.
     memory: dict[str, bytes] | None = None
     #: The order in which its options are tried (indices into ``labels``).
     order: tuple[int, ...] = ()
@@ -185,6 +187,14 @@ def _owner(label: str) -> str | None:
     return head if at and head != "timer" else None
 
 
+def _touched(fp: Footprint, before: Mapping[str, bytes], after: Mapping[str, bytes]) -> Footprint:
+    """``fp`` with the processes whose memory differs between the two states (``""``:
+    the globals) as what it touched."""
+    names = before.keys() | after.keys()
+    return dataclasses.replace(
+        fp, touched=frozenset(n for n in names if before.get(n) != after.get(n)))
+
+
 def _message(name: str, result: object) -> str:
     """What a check's result says (as the kernel reads it): True holds."""
     if result is False:
@@ -202,6 +212,12 @@ class _Search:
         self.fingerprint = scenario.state_of or scenario.fingerprint_of
         #: Keys hold every task's memory (state caching); off once a state is unreadable.
         self.memory = memory
+        #: Python memory is read at every state, so that a step's footprint says whose
+        #: memory and which globals it changed (reduction needs it); off once unreadable.
+        self.python = result.por
+        #: The watched modules whose globals are read: every one seen in this search,
+        #: so that two states' digests cover the same modules.
+        self.modules: set[str] = set()
         self.invariants: dict[str, Check] = dict(scenario.invariants)
         #: A run may stop once every invariant is broken on it: nothing is left to see.
         self.stop_when_broken = bool(self.invariants) and not (
@@ -289,6 +305,12 @@ class _Search:
             return node.chosen
         # What is read of this state (for its key and the tasks' views), read once.
         self.reads = {}
+        memory = self._memory(sim) if rest else None
+        if stack and memory is not None:
+            parent = stack[-1]
+            if parent.memory is not None and step == len(stack) + 1:
+                fp = _touched(parent.prints.get(parent.chosen, fp), parent.memory, memory)
+                parent.prints[parent.chosen] = fp
         if stack:
             parent = stack[-1]
             self.ordering.learn(parent.labels[parent.chosen], parent.labels, labels)
@@ -334,9 +356,8 @@ class _Search:
                             parent.after, x, fx, fp))):
                     sleep[x] = fx
         key = None
-        memory = None
         if self.fingerprint is not None and rest:
-            key, memory = self._key(run, sim, labels, fp)
+            key = self._key(run, sim, labels, memory)
             if key is not None:
                 self.seen.add(key)
             if key is not None and result.prune_states and settled:
@@ -352,8 +373,8 @@ class _Search:
             run.stop = "sleep"
             raise _Stop("sleep")
         node = _Node(labels, reducible, sleep, first, step, key if settled else None,
-                     broken=before, memory=memory, order=order)
-        if reducible and self.memory:
+                     broken=before, memory=memory if self.python else None, order=order)
+        if reducible and self.python:
             groups = sharing(self.independence, labels, sleep)
             if groups:
                 node.groups = groups
@@ -362,38 +383,58 @@ class _Search:
         stack.append(node)
         return first
 
+    def _memory(self, sim: Sim) -> dict[str, bytes] | None:
+        """The digest of each process's memory, and of the globals under ``""`` (None when
+        Python state is not watched, or cannot be read)."""
+        if not (self.python or self.memory):
+            return None
+        try:
+            memory = process_memory(sim, reads=self.reads)
+            label = task_labels(sim)
+            self.modules |= modules_of(t for p in sim.processes.values() for t in p.live.tasks)
+            memory[""] = hashlib.blake2b(modules_state(self.modules, label, self.reads),
+                                         digest_size=16).digest()
+            return memory
+        except Unreadable as exc:
+            # Not a state this search can read: explore on without caching states
+            # or reordering steps (slower, never wrong).
+            self._unreadable(str(exc))
+            return None
+
+    def _unreadable(self, why: str) -> None:
+        result = self.result
+        if self.python:
+            self.python = False
+            result.no_reduction = (f"Python state could not be read ({why}), so no two "
+                                   "steps were taken as independent")
+        if self.memory:
+            self.memory = False
+            result.prune_states = False
+            result.no_pruning = f"states were not cached: {why}"
+            self.fingerprint = None if self.exact else self.fingerprint
+
     def _key(self, run: _Run, sim: Sim, labels: tuple[str, ...],
-             fp: Footprint) -> tuple[bytes | None, dict[str, bytes] | None]:
-        """The state's key (None once states cannot be read), and the digests of the
-        processes' memory it holds (state caching only)."""
+             memory: dict[str, bytes] | None) -> bytes | None:
+        """The state's key (None once states cannot be read); ``memory`` is what
+        :meth:`_memory` read of it (state caching only)."""
         assert self.fingerprint is not None
         result = self.result
         if not self.memory:
             return state_key(sim, run.world, self.fingerprint, labels, result.scenario,
-                             exact=self.exact), None
+                             exact=self.exact)
+        assert memory is not None
         steps: Counter[str] = Counter()
         for node in self.stack:
             owner = _owner(node.labels[node.chosen])
             if owner is not None:
                 steps[owner] += 1
-        # Only the processes whose code ran in the step just taken are read again.
-        parent = self.stack[-1] if self.stack else None
-        known = parent.memory if parent is not None else None
-        changed = None if fp.foreign else fp.procs
         try:
             value = self.fingerprint(run.world)
-            memory = process_memory(sim, changed, known, shared_objects(value), self.reads)
             return state_key(sim, run.world, self.fingerprint, labels, result.scenario,
-                             processes=memory, steps=steps, value=value,
-                             reads=self.reads), memory
+                             processes=memory, steps=steps, value=value, reads=self.reads)
         except Unreadable as exc:
-            # Not a state this search can recognise again: explore on without
-            # caching or counting states (slower, never wrong).
-            self.memory = False
-            self.fingerprint = None
-            result.prune_states = False
-            result.no_pruning = f"states were not cached: {exc}"
-            return None, None
+            self._unreadable(str(exc))
+            return None
 
     def _decisions(self) -> Decisions:
         return tuple((n.labels, n.chosen) for n in self.stack)
@@ -445,7 +486,13 @@ class _Search:
         if run.stop is None:
             if self.stack:
                 last = self.stack[-1]
-                last.prints.setdefault(last.chosen, run.watch.take())
+                if last.chosen not in last.prints:
+                    fp = run.watch.take()
+                    self.reads = {}
+                    memory = self._memory(sim) if last.memory is not None else None
+                    if memory is not None and last.memory is not None:
+                        fp = _touched(fp, last.memory, memory)
+                    last.prints[last.chosen] = fp
             decisions = self._decisions()
             # The state the run ended in (the kernel checks it too), then what the
             # kernel found: its built-in findings and the end checks.

@@ -20,6 +20,13 @@ what might:
 * ``tasks``: the labels of the tasks that took a step, and ``spawned``: a task
   was started.  Two steps of one process commute only if each ran its own
   task's code alone and started none (:mod:`dst.explore.views`).
+* ``touched``: the processes whose memory (what their tasks' frames and
+  contexts reach, :mod:`dst.explore.memory`) differs after the step, and
+  ``""`` when module globals, class attributes or function attributes and
+  defaults changed; the explorer fills it in from the digests of the states
+  before and after the step.  A step of ``P`` that changed the memory of
+  ``Q`` wrote an object both reach; a step that changed the globals wrote
+  memory every task shares.
 * ``stores``: every key of a durable store the step's code touched, the
   option's own operation included, and whether it wrote it.  A task performs
   its store operation itself when it is resumed; code may also read a store
@@ -85,6 +92,9 @@ class Footprint:
     tasks: frozenset[str] = frozenset()
     spawned: bool = False
     stores: frozenset[Touch] = frozenset()
+    #: The processes whose memory the step changed, read off the states before and
+    #: after it (``""``: the globals every process shares changed); None while unknown.
+    touched: frozenset[str] | None = None
 
 
 #: The footprint of a step that is dependent with everything.

@@ -111,30 +111,41 @@ def _overlap(a: Access, b: Access) -> bool:
     return a.key == b.key
 
 
+def python_apart(fa: Footprint, fb: Footprint, a: Access, b: Access) -> bool:
+    """Whether neither step changed Python memory the other's code can reach: neither
+    changed the globals, and neither changed the memory of a process whose code the
+    other ran (or whose option it is)."""
+    ta, tb = fa.touched, fb.touched
+    if ta is None or tb is None or "" in ta or "" in tb:
+        return False
+    mine = fa.procs | {a.proc} if a.proc is not None else fa.procs
+    theirs = fb.procs | {b.proc} if b.proc is not None else fb.procs
+    return ta.isdisjoint(theirs - mine) and tb.isdisjoint(mine - theirs)
+
+
 def commute(a: Access, b: Access, fa: Footprint | None = None,
             fb: Footprint | None = None) -> bool:
-    """Whether options with these accesses (and, when known, the footprints of their
-    steps from the same state) are independent (see the module docstring)."""
+    """Whether options with these accesses (and the footprints of their steps from
+    the same state) are independent (see the module docstring).  Without both
+    footprints, and what each step did to Python memory, nothing is proven."""
     if a.kind == "global" or b.kind == "global":
         return False
     if a.proc is not None and a.proc == b.proc:
         return False
     kinds = {a.kind, b.kind}
-    if fa is None or fb is None:
-        if "timer" in kinds or "call" in kinds:
-            return False  # what they did is unknown: a timer or a handler may touch anything
-    else:
-        if fa.foreign or fb.foreign or not fa.procs.isdisjoint(fb.procs):
+    if fa is None or fb is None or not python_apart(fa, fb, a, b):
+        return False
+    if fa.foreign or fb.foreign or not fa.procs.isdisjoint(fb.procs):
+        return False
+    if (fa.stores or fb.stores) and conflict(fa.stores, fb.stores):
+        return False
+    if "timer" in kinds:
+        if a.kind == b.kind or "call" in kinds:
             return False
-        if (fa.stores or fb.stores) and conflict(fa.stores, fb.stores):
-            return False
-        if "timer" in kinds:
-            if a.kind == b.kind or "call" in kinds:
-                return False
-            other = fb if a.kind == "timer" else fa
-            return not other.clock
-        if "call" in kinds:
-            return a.kind != b.kind
+        other = fb if a.kind == "timer" else fa
+        return not other.clock
+    if "call" in kinds:
+        return a.kind != b.kind
     if kinds == {"store"}:
         if a.store != b.store or not (a.write or b.write):
             return True
@@ -161,6 +172,8 @@ def in_process_commute(a: Access, b: Access, fa: Footprint, fb: Footprint) -> bo
     for f, x in ((fa, a), (fb, b)):
         if f.foreign or f.spawned or not f.procs <= {x.proc} or not f.tasks <= {x.task}:
             return False
+        if f.touched is None or "" in f.touched:
+            return False  # what it did to the globals every task shares is unknown, or done
     if a.kind == b.kind == "call":
         return False
     if a.kind == b.kind == "send" and a.dest == b.dest:

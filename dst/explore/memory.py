@@ -36,10 +36,13 @@ exact fingerprint promises does not steer the code under test
 
 from __future__ import annotations
 
+import contextvars
 import io
 import os
 import pickle
 import random
+import sys
+import sysconfig
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -47,9 +50,34 @@ from typing import Any
 import trio
 import trio.lowlevel as ll
 
-#: Modules whose objects stand for themselves by class and name: the kernel
+#: Packages whose objects stand for themselves by class and name: the kernel
 #: (its state is in the kernel's part of the key) and logging (never steers code).
-_OPAQUE_MODULES = ("dst.sim.", "structlog", "logging")
+#: A module is one of them only at a dot boundary: ``loggingbox`` is user code.
+_OPAQUE_PACKAGES = ("dst.sim", "structlog", "logging")
+
+
+def opaque(module: str | None) -> bool:
+    """Whether objects of ``module`` stand for themselves by name (see above)."""
+    name = module or ""
+    return any(name == p or name.startswith(p + ".") for p in _OPAQUE_PACKAGES)
+
+
+def _stdlib(module: str | None) -> bool:
+    """Whether ``module`` is Python's own (its pickling is faithful to the object)."""
+    top = (module or "").partition(".")[0]
+    return top in sys.stdlib_module_names or top in ("builtins", "")
+
+
+def _filters_state(t: type) -> bool:
+    """Whether instances of ``t`` decide what pickle sees of them (``__getstate__``,
+    ``__reduce__``) in code that is not Python's own: such a method may leave out a
+    field that steers the code, so the writer reads the instance's fields instead."""
+    for c in t.__mro__:
+        if c is object or _stdlib(c.__module__):
+            continue
+        if any(k in vars(c) for k in ("__getstate__", "__reduce__", "__reduce_ex__")):
+            return True
+    return False
 
 
 class Unreadable(Exception):
@@ -62,7 +90,7 @@ def _token(*parts: Any) -> tuple[Any, ...]:
 
 
 _PLAIN, _TASK, _KERNEL, _FUNCTION, _RNG, _CLASS, _MODULE, _CORO, _FRAME, _SCOPE, _NURSERY, \
-    _LOT = range(12)
+    _LOT, _FIELDS, _VAR = range(14)
 
 #: How objects of each type are written (see ``_kind_of``), found once per type.
 _KINDS: dict[type, int] = {}
@@ -75,11 +103,13 @@ def _kind_of(t: type) -> int:
         return _TASK
     if issubclass(t, random.Random):  # the kernel's generators too: their state steers
         return _RNG
-    if (t.__module__ or "").startswith(_OPAQUE_MODULES):
+    if opaque(t.__module__):
         return _KERNEL
     for kind, types_ in _KIND_TYPES:
         if issubclass(t, types_):
             return kind
+    if _filters_state(t) and (hasattr(t, "__dict__") or hasattr(t, "__slots__")):
+        return _FIELDS
     return _PLAIN
 
 
@@ -87,7 +117,7 @@ _KIND_TYPES: tuple[tuple[int, Any], ...] = (
     (_FUNCTION, types.FunctionType), (_RNG, random.Random), (_CLASS, type),
     (_MODULE, types.ModuleType), (_CORO, (types.CoroutineType, types.GeneratorType)),
     (_FRAME, (types.TracebackType, types.FrameType)), (_SCOPE, trio.CancelScope),
-    (_NURSERY, trio.Nursery), (_LOT, ll.ParkingLot),
+    (_NURSERY, trio.Nursery), (_LOT, ll.ParkingLot), (_VAR, contextvars.ContextVar),
 )
 
 
@@ -128,12 +158,24 @@ class _Writer(pickle.Pickler):
             return _token, ("kernel", t.__qualname__, _name_of(obj))
         if kind == _FUNCTION:
             if obj.__closure__ is None and "<" not in obj.__qualname__:
-                return _token, ("def", obj.__module__, obj.__qualname__)  # by its name
-            if (obj.__module__ or "").startswith(_OPAQUE_MODULES):
+                # By its name: what it holds (defaults, attributes) is its module's,
+                # read with the module (:func:`modules_state`).
+                return _token, ("def", obj.__module__, obj.__qualname__)
+            if opaque(obj.__module__):
                 return _token, ("kernel", obj.__qualname__)
             cells = tuple(_cell(c) for c in obj.__closure__ or ())
             return _token, ("fn", obj.__module__, obj.__qualname__, cells, obj.__defaults__,
-                            obj.__kwdefaults__)
+                            obj.__kwdefaults__, getattr(obj, "__dict__", None) or None)
+        if kind == _VAR:  # its values are read with each task's context
+            return _token, ("contextvar", obj.name)
+        if kind == _FIELDS:
+            # Its fields, not what its ``__getstate__`` chooses to show; written as
+            # pickle's state (after the object is memoised, so cycles are fine).
+            fields = dict(getattr(obj, "__dict__", None) or {})
+            for name in _slots(t):
+                if hasattr(obj, name):
+                    fields[name] = getattr(obj, name)
+            return _token, ("fields", _class_token(t)), sorted(fields.items())
         if kind == _RNG:
             text = vars(obj).get("_text")
             if text is not None:  # seeded on first use, and not used yet
@@ -159,6 +201,19 @@ class _Writer(pickle.Pickler):
 
 
 _MISSING = ("missing",)
+
+
+def _class_token(t: type) -> tuple[str, str]:
+    return (t.__module__, t.__qualname__)
+
+
+def _slots(t: type) -> list[str]:
+    out: list[str] = []
+    for c in t.__mro__:
+        slots = vars(c).get("__slots__", ())
+        out.extend([slots] if isinstance(slots, str) else
+                   [n for n in slots if n not in ("__dict__", "__weakref__")])
+    return out
 
 
 def _cell(cell: Any) -> Any:
@@ -292,19 +347,170 @@ def write(value: Any, label: Callable[[ll.Task], str],
 def tasks_memory(tasks: Iterable[tuple[str, ll.Task]], label: Callable[[ll.Task], str],
                  shared: Mapping[int, int] | None = None, reads: Reads | None = None) -> bytes:
     """Where each of ``tasks`` (``(label, task)`` pairs, in a stable order) is suspended,
-    what its frames hold, and the cancel scopes it runs in, written out exactly; an
-    object ``shared`` numbers (one the processes share, read elsewhere) by its number.
-    ``reads`` keeps what was read of this state for the next call on it."""
+    what its frames hold, the cancel scopes it runs in and the context variables it
+    sees (a dict two tasks inherit through a ``ContextVar`` is memory they share),
+    written out exactly; an object ``shared`` numbers (one the processes share, read
+    elsewhere) by its number.  ``reads`` keeps what was read of this state for the
+    next call on it."""
     if reads is None:
-        return write(tuple((name, _scopes(task), frames(_frames_of(task.coro)))
-                           for name, task in tasks), label, shared)
+        return write(tuple((name, _scopes(task), frames(_frames_of(task.coro)),
+                            _context(task)) for name, task in tasks), label, shared)
     entries = []
     for name, task in tasks:
         known = reads.get(id(task))
         if known is None:
-            known = reads[id(task)] = (task, (_scopes(task), frames(_frames_of(task.coro))))
+            known = reads[id(task)] = (task, (_scopes(task), frames(_frames_of(task.coro)),
+                                              _context(task)))
         entries.append((name, *known[1]))
     return write(tuple(entries), label, shared, reads)
+
+
+def _context(task: ll.Task) -> tuple[tuple[str, Any], ...]:
+    """The context variables ``task`` runs with, by name (a variable object cannot be
+    written), in a stable order."""
+    context = getattr(task, "context", None)
+    if not context:
+        return ()
+    return tuple(sorted(((var.name, value) for var, value in context.items()),
+                        key=_by_name))
+
+
+def _by_name(pair: tuple[str, Any]) -> str:
+    return pair[0]
+
+
+# -- module state ------------------------------------------------------------
+
+#: Where Python's own modules and installed packages live: their globals are not
+#: the code under test's (see :func:`watched`).
+_INSTALLED = tuple(sorted({os.path.join(p, "") for p in (
+    sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    if p}))
+
+#: dst's own modules whose globals are part of the system under test (the runtime,
+#: the agents and the fakes that ship with it); the rest of dst is the tester.
+_DST_SYSTEM = ("dst.runtime", "dst.agents", "dst.fakes")
+
+#: Module name -> whether its globals are watched.
+_WATCHED: dict[str, bool] = {}
+
+
+def watched(name: str) -> bool:
+    """Whether module ``name``'s globals are state of the system under test: code
+    outside Python's own library and installed packages (the scenario's modules,
+    the user's runtime), and dst's own runtime, agents and fakes."""
+    known = _WATCHED.get(name)
+    if known is not None:
+        return known
+    module = sys.modules.get(name)
+    if module is None:
+        return False  # not imported (yet): nothing of it to read
+    path = getattr(module, "__file__", None) or ""
+    if name == "dst" or name.startswith("dst."):
+        known = any(name == p or name.startswith(p + ".") for p in _DST_SYSTEM)
+    else:
+        known = (bool(path) and not opaque(name)
+                 and not _stdlib(name) and not os.path.abspath(path).startswith(_INSTALLED))
+    _WATCHED[name] = known
+    return known
+
+
+def modules_of(tasks: Iterable[ll.Task]) -> set[str]:
+    """The watched modules whose code ``tasks`` are suspended in, and every watched
+    module their globals reach (a module, or a function or class defined in one)."""
+    found: set[str] = set()
+    for task in tasks:
+        for f in _frames_of(task.coro):
+            name = f.f_globals.get("__name__")
+            if isinstance(name, str) and watched(name):
+                found.add(name)
+    todo = list(found)
+    while todo:
+        for other in _reached(todo.pop()):
+            if other not in found:
+                found.add(other)
+                todo.append(other)
+    return found
+
+
+def _reached(name: str) -> tuple[str, ...]:
+    module = sys.modules.get(name)
+    out = set()
+    for value in list(vars(module).values()) if module is not None else ():
+        if isinstance(value, types.ModuleType):
+            other = value.__name__
+        elif isinstance(value, (type, types.FunctionType)):
+            other = value.__module__
+        else:
+            continue
+        if isinstance(other, str) and other != name and watched(other):
+            out.add(other)
+    return tuple(sorted(out))
+
+
+#: Class attributes that Python keeps for itself (an ABC's subclass caches).
+_CLASS_CACHES = frozenset({"_abc_impl"})
+
+
+def modules_state(names: Iterable[str], label: Callable[[ll.Task], str],
+                  reads: Reads | None = None) -> bytes:
+    """The globals of the modules ``names``, written out exactly: every global's value;
+    for each function defined there, its defaults and attributes; for each class
+    defined there, its class attributes (not its methods and descriptors).
+
+    Module globals, class attributes, function attributes and mutable defaults are
+    memory every task of every process shares: a step that changes them is
+    dependent with every other (:mod:`dst.explore.independence`).
+    Raises :class:`Unreadable`.
+    """
+    entries = []
+    for name in sorted(names):
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        values = []
+        extra: list[tuple[str, Any]] = []
+        classes: list[type] = []
+        for key, value in sorted(vars(module).items(), key=_by_name):
+            if key.startswith("__") and key.endswith("__"):
+                continue
+            values.append((key, value))
+            if isinstance(value, types.FunctionType) and value.__module__ == name:
+                held = (value.__defaults__, value.__kwdefaults__,
+                        getattr(value, "__dict__", None) or None)
+                if any(held):
+                    extra.append((key, held))
+            elif isinstance(value, type) and value.__module__ == name:
+                classes.append(value)
+        seen: set[type] = set()
+        while classes:
+            cls = classes.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            attrs: list[tuple[str, Any]] = []
+            for key, value in sorted(vars(cls).items(), key=_by_name):
+                if (key.startswith("__") and key.endswith("__")) or key in _CLASS_CACHES:
+                    continue
+                if isinstance(value, type):
+                    if value.__module__ == name:
+                        classes.append(value)
+                    continue
+                if isinstance(value, (staticmethod, classmethod)):
+                    value = value.__func__
+                if isinstance(value, types.FunctionType):
+                    held = (value.__defaults__, value.__kwdefaults__,
+                            getattr(value, "__dict__", None) or None)
+                    if any(held):
+                        attrs.append((key, held))
+                    continue
+                if hasattr(type(value), "__get__"):
+                    continue  # a property or another descriptor: code, not state
+                attrs.append((key, value))
+            if attrs:
+                extra.append((cls.__qualname__, attrs))
+        entries.append((name, values, sorted(extra, key=_by_name)))
+    return write(tuple(entries), label, reads=reads)
 
 
 def shared_objects(value: Any) -> dict[int, int]:

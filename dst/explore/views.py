@@ -70,7 +70,7 @@ def sharing(independence: Independence, labels: Iterable[str],
 
 
 #: A step that touched nothing: to ask what the labels alone allow.
-_QUIET = Footprint()
+_QUIET = Footprint(touched=frozenset())
 
 
 def views(sim: Sim, tasks: Iterable[str], reads: Reads | None = None) -> dict[str, bytes]:
