@@ -80,7 +80,8 @@ def only(scenario: Scenario, invariants: Sequence[str]) -> Scenario:
     return dataclasses.replace(
         scenario,
         invariants={k: v for k, v in scenario.invariants.items() if k in invariants},
-        end_checks={k: v for k, v in scenario.end_checks.items() if k in invariants})
+        end_checks={k: v for k, v in scenario.end_checks.items() if k in invariants},
+        eventual_checks={k: v for k, v in scenario.eventual_checks.items() if k in invariants})
 
 
 def verdict_table(scenario: Scenario, seeds: int, base: Mapping[str, Any],

@@ -366,7 +366,7 @@ def test_a_state_only_the_second_order_passes_through_is_checked() -> None:
     assert [labels[i] for labels, i in result.violations["XBeforeY"].decisions] == ["b@db.put(y)"]
 
 
-def test_an_eventually_property_turns_reduction_off() -> None:
+def test_an_eventually_property_is_checked_without_reduction_only() -> None:
     """Met the first time it holds: in one order of two independent writes it holds in
     between, in the other order never, so reordering them is not harmless."""
     scenario = Scenario("between", doc="x alone must show at some point",
@@ -384,8 +384,15 @@ def test_an_eventually_property_turns_reduction_off() -> None:
 
     scenario.eventually("XAlone", within=10)(
         lambda db: db.peek("x") is not None and db.peek("y") is None)
-    result = explore(scenario, scenario.config(), Bounds(max_steps=10))
-    assert result.por is False and "eventually" in (result.no_reduction or "")
+    reduced = explore(scenario, scenario.config(), Bounds(max_steps=10))
+    # Reduction stays on for the safety checks, and never calls the property proven:
+    # which of two orders of independent steps it runs is what the property depends on.
+    assert reduced.por and reduced.proof
+    if "XAlone" not in reduced.violations:
+        assert reduced.verdict("XAlone") == ("not checked", False)
+        assert "--no-por" in reduced.caveat("XAlone")
+    result = explore(scenario, scenario.config(), Bounds(max_steps=10), por=False)
+    assert result.verdict("XAlone") == ("violated", True)
     # The system is at rest after both writes: the violation comes there, not after a
     # wait for the deadline that nothing could change.
     assert [labels[i] for labels, i in result.violations["XAlone"].decisions] == [
@@ -762,7 +769,7 @@ def invoke(*args: str) -> Any:
 
 def test_explore_command_proves_and_exits_0(tmp_path: Path) -> None:
     result = invoke("counter", "-c", "increments=1", "--max-steps", "40", "--compare-dfs",
-                    "--out", str(tmp_path), "--json")
+                    "--preemptions", "0", "--out", str(tmp_path), "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["proof"] is True and doc["exhausted"] is True
@@ -770,6 +777,21 @@ def test_explore_command_proves_and_exits_0(tmp_path: Path) -> None:
                                                 "caveat": None}
     assert doc["plain_dfs"]["schedules"] > doc["schedules"]
     assert doc["bounds"]["max_steps"] == 40 and doc["bounds"]["preemptions"] == 0
+    # The bound set below the scenario's plan is named where the proof is stated.
+    assert "0 preemptions (the plan allows 2)" in doc["limits"]
+    assert "0 preemptions (the plan allows 2)" in doc["statement"]
+    assert "seed 0 only" in doc["statement"]
+
+
+def test_explore_bounds_default_to_the_scenario_fault_plan(tmp_path: Path) -> None:
+    plan = load("counter").fault_plan(load("counter").config({"increments": "1"}))
+    result = invoke("counter", "-c", "increments=1", "--max-steps", "12",
+                    "--out", str(tmp_path), "--json")
+    doc = json.loads(result.stdout)
+    assert doc["bounds"]["preemptions"] == plan.preemptions > 0
+    assert doc["bounds"]["crashes"] == plan.max_crashes
+    assert doc["bounds"]["partitions"] == plan.max_partitions
+    assert not any("the plan allows" in limit for limit in doc["limits"])
 
 
 def test_explore_command_writes_a_trace_dst_replay_reproduces(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from ..explore.exhaustive import (
     Bounds,
     Exploration,
     Violation,
+    deepen,
     explore,
     record,
     replays,
@@ -62,16 +63,20 @@ def _duration(text: str) -> float:
 @click.option("--max-steps", type=click.IntRange(min=1), default=None,
               help="Decisions per schedule; a run with more to do is cut "
                    "[default: the scenario's max_steps].")
-@click.option("--crashes", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Crash budget per schedule.")
-@click.option("--drops", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Message drop budget per schedule.")
-@click.option("--dups", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Message duplicate budget per schedule.")
-@click.option("--preemptions", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Preemptions at trio checkpoints per schedule.")
-@click.option("--service-faults", is_flag=True,
-              help="Keep the scenario's service fault budgets (off by default).")
+@click.option("--crashes", type=click.IntRange(min=0), default=None,
+              help="Crash budget per schedule [default: the scenario's fault plan].")
+@click.option("--drops", type=click.IntRange(min=0), default=None,
+              help="Message drop budget per schedule [default: the scenario's fault plan].")
+@click.option("--dups", type=click.IntRange(min=0), default=None,
+              help="Message duplicate budget per schedule [default: the scenario's fault plan].")
+@click.option("--preemptions", type=click.IntRange(min=0), default=None,
+              help="Preemptions at trio checkpoints per schedule "
+                   "[default: the scenario's fault plan].")
+@click.option("--partitions", type=click.IntRange(min=0), default=None,
+              help="Network partitions per schedule [default: the scenario's fault plan].")
+@click.option("--service-faults/--no-service-faults", default=None,
+              help="Keep the scenario's service fault budgets [default: on when its "
+                   "fault plan has any].")
 @click.option("--invariant", "invariants", multiple=True, metavar="NAME",
               help="Check only this invariant (repeatable); every invariant checked gets "
                    "its own verdict, past the others' violations.")
@@ -95,8 +100,9 @@ def _duration(text: str) -> float:
 @click.option("--out", default="traces/explore", show_default=True,
               help="Where the shortest violating schedule of each check is written.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
-def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None, crashes: int,
-            drops: int, dups: int, preemptions: int, service_faults: bool,
+def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
+            crashes: int | None, drops: int | None, dups: int | None, preemptions: int | None,
+            partitions: int | None, service_faults: bool | None,
             invariants: tuple[str, ...], max_schedules: int, budget: str | None, seed: int,
             no_por: bool, compare_dfs: bool, check_reduction: bool, prune_states: bool | None,
             out: str, as_json: bool) -> None:
@@ -105,8 +111,14 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
     Every interleaving, timer, data choice and fault within the bounds is run,
     once per reordering of independent steps (partial-order reduction with
     sleep sets), and a state explored before is not explored again when the
-    scenario's fingerprint is exact.  Faults are off unless asked (--crashes,
-    --drops, --dups, --preemptions, --service-faults).  Each invariant gets its
+    scenario's fingerprint is exact.  The fault budgets are the scenario's own
+    plan's (what `dst run` explores) unless set lower (--crashes, --drops, --dups,
+    --preemptions, --partitions, --no-service-faults); the summary names every
+    bound set below the plan.  The search goes deeper in turn (every schedule of
+    up to 8 steps, 16, ... up to --max-steps), so a search stopped by its budget
+    still says the depth it covered completely.  An eventually property is
+    checked only without reduction (--no-por), and only on runs long enough to
+    reach its deadline; otherwise it is "not checked".  Each invariant gets its
     own verdict (a run goes on past one invariant's violation).  A check that
     breaks is written as the shortest violating trace found; a check that holds
     is proven for the bounds the summary states.
@@ -131,13 +143,19 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
         config = scenario.config(key_values(switches))
         if invariants:
             scenario = only(scenario, invariants)
+        plan = scenario.fault_plan(config)
         bounds = Bounds(
-            max_steps=max_steps or scenario.max_steps, crashes=crashes, drops=drops, dups=dups,
-            preemptions=preemptions, service_faults=service_faults,
+            max_steps=max_steps or scenario.max_steps,
+            crashes=plan.max_crashes if crashes is None else crashes,
+            drops=plan.max_drops if drops is None else drops,
+            dups=plan.max_dups if dups is None else dups,
+            preemptions=plan.preemptions if preemptions is None else preemptions,
+            partitions=plan.max_partitions if partitions is None else partitions,
+            service_faults=bool(plan.services) if service_faults is None else service_faults,
             max_schedules=max_schedules, budget=_duration(budget) if budget else None)
         where = out_dir(out)
         show = _Progress(enabled=not as_json and sys.stderr.isatty())
-        result = _guarded(scenario, scenario_ref, config, seed, lambda: explore(
+        result = _guarded(scenario, scenario_ref, config, seed, lambda: deepen(
             scenario, config, bounds, por=not no_por, prune_states=prune_states, seed=seed,
             progress=show.update))
         plain = None
@@ -245,13 +263,14 @@ def _document(result: Exploration, plain: Exploration | None, written: dict[str,
     return {
         "scenario": result.scenario, "config": result.config, "seed": seed,
         "bounds": {"max_steps": b.max_steps, "crashes": b.crashes, "drops": b.drops,
-                   "dups": b.dups, "preemptions": b.preemptions,
+                   "dups": b.dups, "preemptions": b.preemptions, "partitions": b.partitions,
                    "service_faults": b.service_faults, "max_schedules": b.max_schedules,
                    "budget_seconds": b.budget},
         "por": result.por, "no_reduction": result.no_reduction,
         "prune_states": result.prune_states, "no_pruning": result.no_pruning,
         "schedules": result.schedules, "exhausted": result.exhausted,
         "stopped": result.stopped, "proof": result.proof, "statement": result.statement(),
+        "limits": result.limits(), "complete_depth": result.complete_depth,
         "runs": {"at_rest": result.ended["rest"], "violation": result.ended["violation"],
                  "cut": result.ended["cut"], "sleep_blocked": result.ended["sleep"],
                  "state_pruned": result.ended["state"]},
@@ -330,6 +349,8 @@ def _print(result: Exploration, plain: Exploration | None, written: dict[str, An
                      f"{visible(w['replay_divergence'] or '')}")
         elif proven:
             echo(f"  {name}: holds")
+        elif result.verdict(name)[0] == "not checked":
+            echo(f"  {name}: not checked ({result.caveat(name)})")
         else:
             echo(f"  {name}: not violated ({result.caveat(name)})")
     quiet = [n for n in BUILT_IN if n not in result.violations]

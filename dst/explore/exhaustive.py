@@ -80,8 +80,8 @@ from .ordering import Ordering
 from .states import process_memory, state_key, task_labels
 from .views import commute_in_process, sharing, views, views_after
 
-__all__ = ["BUILT_IN", "Bounds", "Exploration", "Violation", "explore", "fault_plan", "record",
-           "replays"]
+__all__ = ["BUILT_IN", "Bounds", "Exploration", "Violation", "deepen", "explore", "fault_plan",
+           "record", "replays"]
 
 _clock = time.perf_counter
 
@@ -187,6 +187,16 @@ def _owner(label: str) -> str | None:
     return head if at and head != "timer" else None
 
 
+def _not_due(sim: Sim, names: Sequence[str]) -> list[str]:
+    """The ``eventually`` properties whose verdict a run stopped now would not have:
+    every one while faults have not stopped, else those still waiting to hold."""
+    if not names:
+        return []
+    if sim.calm_at is None:
+        return list(names)
+    return [name for name, _, _ in getattr(sim, "_pending", ())]
+
+
 def _touched(fp: Footprint, before: Mapping[str, bytes], after: Mapping[str, bytes]) -> Footprint:
     """``fp`` with the processes whose memory differs between the two states (``""``:
     the globals) as what it touched."""
@@ -219,6 +229,7 @@ class _Search:
         #: so that two states' digests cover the same modules.
         self.modules: set[str] = set()
         self.invariants: dict[str, Check] = dict(scenario.invariants)
+        self.eventual = tuple(scenario.eventual_checks)
         #: A run may stop once every invariant is broken on it: nothing is left to see.
         self.stop_when_broken = bool(self.invariants) and not (
             scenario.end_checks or scenario.eventual_checks)
@@ -334,6 +345,8 @@ class _Search:
         if step > result.bounds.max_steps:
             for node in stack:
                 node.cut = True
+            for name in _not_due(sim, self.eventual):
+                result.unchecked[name] += 1
             run.stop = "cut"
             raise _Stop("cut")
         # A state at rest with no preemption left: its options are the ordinary ones,
@@ -559,12 +572,11 @@ def explore(
     # An ``eventually`` property is met the first time it holds, so whether it is
     # met depends on the states a run passed through, not only on where it is:
     # two orders of independent steps reach the same state with different
-    # verdicts, and reordering them is no longer harmless.
-    why_not = ("the scenario has eventually properties, whose verdict depends on the "
-               "order of the states a run passes through") if (
-                   por and scenario.eventual_checks) else None
-    result = Exploration(scenario.name, cfg, bounds, plan, por and why_not is None,
-                         prune_states, list(scenario.all_checks), no_reduction=why_not)
+    # verdicts.  Reduction stays on for the safety checks; such a property is then
+    # reported only when a schedule run breaks it, never as holding.
+    result = Exploration(scenario.name, cfg, bounds, plan, por, prune_states,
+                         list(scenario.all_checks), declared=scenario.fault_plan(cfg), seed=seed,
+                         order_blind=tuple(scenario.eventual_checks) if por else ())
     search = _Search(result, scenario, memory=prune_states)
     # The explorer checks the invariants and names states itself; the kernel
     # keeps the end checks, the eventually properties and its built-in findings.
@@ -597,6 +609,47 @@ def explore(
     if search.fingerprint is not None:
         result.states = len(search.seen)
     return result
+
+
+def deepen(scenario: Scenario, config: Mapping[str, Any], bounds: Bounds, *,
+           first: int = 8, **options: Any) -> Exploration:
+    """:func:`explore` by iterative deepening: every schedule of up to ``first`` steps,
+    then twice as many, up to ``bounds.max_steps``, within the one schedule and time
+    budget of ``bounds``.  A search stopped by its budget still says the depth it
+    covered completely (``complete_depth``), and the shortest violations come from
+    the shallowest level that found them.  A level none of whose runs reached its
+    bound covers every depth: the search ends there."""
+    start = _clock()
+    depth = min(bounds.max_steps, first)
+    total = 0
+    found: dict[str, Violation] = {}
+    complete = None
+    while True:
+        left_time = None if bounds.budget is None else max(0.0, bounds.budget - (_clock() - start))
+        left_runs = (None if bounds.max_schedules is None
+                     else max(1, bounds.max_schedules - total))
+        level = explore(scenario, config, dataclasses.replace(
+            bounds, max_steps=depth, budget=left_time, max_schedules=left_runs), **options)
+        total += level.schedules
+        for name, v in level.violations.items():
+            if name not in found or found[name].steps > v.steps:
+                found[name] = v
+        if level.exhausted:
+            complete = depth
+            if level.cut == 0:  # no run reached the bound: deeper levels are the same
+                level.bounds = bounds
+                break
+        if not level.exhausted or depth >= bounds.max_steps:
+            break
+        depth = min(bounds.max_steps, depth * 2)
+    if not level.exhausted:
+        level.bounds = dataclasses.replace(level.bounds, budget=bounds.budget,
+                                           max_schedules=bounds.max_schedules)
+    level.violations = found
+    level.schedules = total
+    level.complete_depth = complete
+    level.seconds = _clock() - start
+    return level
 
 
 class _Recorded(Replay):

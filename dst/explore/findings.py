@@ -33,6 +33,7 @@ class Bounds:
     preemptions: int = 0
     #: Keep the scenario's service fault budgets (otherwise no service fails).
     service_faults: bool = False
+    partitions: int = 0
     max_schedules: int | None = 100_000
     #: Seconds of wall time for the whole search.
     budget: float | None = None
@@ -43,7 +44,8 @@ class Bounds:
 
         parts = [f"at most {self.max_steps} steps", n(self.crashes, "crash", "crashes"),
                  n(self.drops, "drop", "drops"), n(self.dups, "duplicate", "duplicates"),
-                 n(self.preemptions, "preemption", "preemptions")]
+                 n(self.preemptions, "preemption", "preemptions"),
+                 n(self.partitions, "partition", "partitions")]
         if self.service_faults:
             parts.append("the scenario's service faults")
         return ", ".join(parts)
@@ -54,7 +56,7 @@ def fault_plan(scenario: Scenario, config: Mapping[str, Any], bounds: Bounds) ->
     base = scenario.fault_plan(config)
     return dataclasses.replace(
         base, max_crashes=bounds.crashes, max_drops=bounds.drops, max_dups=bounds.dups,
-        preemptions=bounds.preemptions, max_partitions=0,
+        preemptions=bounds.preemptions, max_partitions=bounds.partitions,
         services=base.services if bounds.service_faults else {})
 
 
@@ -109,6 +111,39 @@ class Exploration:
     no_reduction: str | None = None
     #: Why states stopped being cached although asked for, if they did.
     no_pruning: str | None = None
+    #: The scenario's own fault plan (what ``dst run`` explores), to say what the
+    #: search left out of it; and the seed of the fakes' own draws.
+    declared: FaultPlan | None = None
+    seed: int = 0
+    #: ``eventually`` properties -> schedules that ended (cut at the bound, or stopped
+    #: by the search) before the property's deadline came: it was not checked there.
+    unchecked: Counter[str] = field(default_factory=Counter)
+    #: ``eventually`` properties whose verdict reduction cannot give (it keeps no order
+    #: of the states a run passes through): only a violation found is reported.
+    order_blind: tuple[str, ...] = ()
+    #: With iterative deepening: the largest step bound every schedule of which ran.
+    complete_depth: int | None = None
+
+    def limits(self) -> list[str]:
+        """What the search left out of what ``dst run`` explores: budgets below the
+        scenario's plan, fault kinds left out, draws fixed to one seed."""
+        out = []
+        plan, b = self.declared, self.bounds
+        if plan is not None:
+            for have, allowed, one, many in (
+                    (b.crashes, plan.max_crashes, "crash", "crashes"),
+                    (b.drops, plan.max_drops, "drop", "drops"),
+                    (b.dups, plan.max_dups, "duplicate", "duplicates"),
+                    (b.partitions, plan.max_partitions, "partition", "partitions"),
+                    (b.preemptions, plan.preemptions, "preemption", "preemptions")):
+                if have < allowed:
+                    out.append(f"{have} {one if have == 1 else many} (the plan allows {allowed})")
+            if not b.service_faults and any(
+                    sf.fail or sf.lose_reply or sf.delay or sf.repeat
+                    for sf in plan.services.values()):
+                out.append("no service faults (the plan has some: --service-faults)")
+        out.append(f"sim.rng and env.rng seed {self.seed} only")
+        return out
 
     @property
     def cut(self) -> int:
@@ -127,6 +162,8 @@ class Exploration:
         """
         if name in self.violations:
             return "violated", True
+        if name in self.order_blind or self.unchecked.get(name):
+            return "not checked", False
         if self.proof and not self._masked(name):
             return "holds", True
         return "not violated", False
@@ -134,6 +171,12 @@ class Exploration:
     def caveat(self, name: str) -> str:
         if name in self.violations:
             return ""
+        if name in self.order_blind:
+            return ("partial-order reduction keeps no order of the states a run passes "
+                    "through, which an eventually property depends on: check it with --no-por")
+        if self.unchecked.get(name):
+            return (f"{_schedules(self.unchecked[name])} cut at {self.bounds.max_steps} steps "
+                    "before its deadline came: raise --max-steps")
         if not self.exhausted:
             return (f"the search stopped ({self.stopped_text()}) before every schedule ran: "
                     "not a proof")
@@ -160,10 +203,14 @@ class Exploration:
     def statement(self) -> str:
         """The sentence that says what the search proves, and what it does not."""
         space = (f"every schedule of {self.scenario} with {self.bounds.describe()}"
-                 + (" (up to reordering of independent steps)" if self.por else ""))
+                 + (" (up to reordering of independent steps)" if self.por else "")
+                 + " [" + "; ".join(self.limits()) + "]")
         if not self.exhausted:
+            depth = ("" if not self.complete_depth else
+                     f"; every schedule of up to {self.complete_depth} steps ran: "
+                     + ("no violation" if not self.violations else "violations above"))
             return (f"not a proof: the search stopped at {self.stopped_text()} after "
-                    f"{self.schedules:,} schedules, before {space} had run")
+                    f"{self.schedules:,} schedules, before {space} had run{depth}")
         if self.cut:
             return (f"{space} was run, but {_schedules(self.cut)} cut at the step bound: "
                     f"a proof for runs of at most {self.bounds.max_steps} steps, "

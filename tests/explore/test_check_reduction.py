@@ -1,0 +1,44 @@
+"""`dst explore --check-reduction` on the shipped scenarios' rows: the reduced search
+reaches plain depth-first search's verdicts and shortest violations.
+
+Plain search runs every interleaving, so the larger approval rows take minutes: they
+run with the soak (``DST_SOAK=1``); one approval row and the small scenarios run always.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dst.cli import main
+
+NO_FAULTS = ("--crashes", "0", "--drops", "0", "--dups", "0", "--preemptions", "0",
+             "--partitions", "0", "--no-service-faults")
+soak = pytest.mark.skipif(not os.environ.get("DST_SOAK"), reason="soak: set DST_SOAK=1")
+
+APPROVAL = ("approval", "-c", "llm=happy", "-c", "crashes=0", "-c", "drops=0", "-c", "dups=0")
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param(("counter", "-c", "cas=false", "-c", "increments=2"), id="counter-blind-put"),
+    pytest.param(("counter", "-c", "increments=2"), id="counter-cas"),
+    pytest.param((*APPROVAL, "-c", "spend_mode=after", "-c", "fresh_view=false",
+                  "--invariant", "AtMostOnce", "--invariant", "NoResurrection"),
+                 id="approval-after"),
+    pytest.param((*APPROVAL, "-c", "spend_mode=before", "-c", "fresh_view=true",
+                  "--invariant", "AtMostOnce"), id="approval-before", marks=soak),
+    pytest.param((*APPROVAL, "-c", "spend_mode=before", "-c", "serialize=true",
+                  "--invariant", "AtMostOnce", "--invariant", "NoResurrection"),
+                 id="approval-serialised", marks=soak),
+    pytest.param((*APPROVAL, "-c", "spend_mode=cas", "-c", "serialize=true",
+                  "--invariant", "AtMostOnce", "--invariant", "NoResurrection"),
+                 id="approval-cas", marks=soak),
+])
+def test_check_reduction_passes_on_a_shipped_row(args: tuple[str, ...], tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["explore", *args, *NO_FAULTS, "--check-reduction",
+                                       "--out", str(tmp_path)])
+    assert result.exit_code in (0, 1), result.output
+    assert "same verdicts and shortest violations" in result.output
