@@ -42,13 +42,13 @@ def test_an_eventually_cut_before_its_deadline_is_not_checked(tmp_path: Path) ->
 
 
 def test_an_eventually_is_never_proven_under_reduction(tmp_path: Path) -> None:
-    code, doc = explore(str(HERE / "late.py"), "--max-steps", "40", tmp=tmp_path)
+    _, doc = explore(str(HERE / "late.py"), "--max-steps", "40", tmp=tmp_path)
     assert doc["por"] is True and doc["checks"]["Flagged"]["verdict"] == "not checked"
     assert "--no-por" in doc["checks"]["Flagged"]["caveat"]
 
 
 def test_a_stopped_search_says_the_depth_it_covered(tmp_path: Path) -> None:
-    code, doc = explore("counter", "-c", "increments=3", "--max-schedules", "300",
+    _, doc = explore("counter", "-c", "increments=3", "--max-schedules", "300",
                         tmp=tmp_path)
     assert doc["proof"] is False and doc["stopped"] == "max_schedules"
     assert doc["complete_depth"] is not None and doc["complete_depth"] >= 8
