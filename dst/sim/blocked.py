@@ -88,31 +88,6 @@ def describe_wait(task: ll.Task) -> str:
     return f"{waits_on} at {_where(user)}" if user is not None else waits_on
 
 
-def waits_in(task: ll.Task, code: CodeType) -> bool:
-    """Whether the wait :func:`describe_wait` names is the function of ``code``.
-
-    :func:`_waited_in`'s walk, stopped at the frame that decides: asked of every
-    task blocked at the end of a run, most of them in ``recv``, whose frames below
-    it (the mailbox's) need not be listed.
-    """
-    coro: Any = task.coro
-    user = False
-    first: FrameType | None = None  # the outermost library frame: the wait if no user frame is
-    seen = 0
-    while coro is not None and seen < 200:
-        seen += 1
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is not None:
-            if not _is_library(frame):
-                user = True
-            elif user and not frame.f_code.co_name.startswith("__"):
-                return frame.f_code is code
-            elif first is None:
-                first = frame
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return first is not None and first.f_code is code
-
-
 def lock_waited_on(task: ll.Task) -> Any:
     """The ``trio.Lock`` (or other owned lock) ``task`` is blocked acquiring, if any."""
     for frame in _frames(task):

@@ -126,6 +126,9 @@ class BusyWatch(SimState):
         # trio's next deadline, or a task asleep in ``env.clock.sleep`` (the kernel's).
         deadline = self._soonest(clock.now + ahead if not math.isinf(ahead) else INF)
         options = self._options(deadline)
+        if not options and self._watches and min(self._watches.values()) <= clock.now:
+            self._wake_watches(clock.now)  # a kernel watch due now: nothing else can happen
+            return
         if options:
             labels = [o[0] for o in options]
             weights = [o[1] for o in options] if any(o[1] != 1.0 for o in options) else None

@@ -96,8 +96,18 @@ class FaultPlan:
     #: Virtual time after which no new fault is injected (None: while budgets
     #: last).  ``eventually`` properties are timed from when faults stop.
     faults_until: float | None = None
+    #: In a run with ``eventually`` properties: the virtual time by which faults
+    #: stop at the latest, when nothing stopped them before (every budget spent,
+    #: ``faults_until``, nothing left that a fault could strike).  A budget the
+    #: system never gives a chance to spend (a drop budget once it stops
+    #: sending, a service fault of a service nobody calls) would otherwise keep
+    #: the properties' clock from ever starting.  No effect without ``eventually``.
+    calm_by: float = 300.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.calm_by < float("inf"):
+            raise ValueError(f"FaultPlan(calm_by=...) is a virtual time, 0 or more and finite, "
+                             f"not {self.calm_by!r}")
         for name, sf in self.services.items():
             if not isinstance(sf, ServiceFaults):
                 raise TypeError(
@@ -148,6 +158,6 @@ NO_FAULTS = FaultPlan()
 _OMITTED_WHEN_DEFAULT = (
     "services", "process_crashes", "crash_only", "crash_at", "link_drops", "link_dups",
     "links_only", "max_partitions", "partition_seconds", "partition_weight", "partition_of",
-    "faults_until",
+    "faults_until", "calm_by",
 )
 _DEFAULTS = asdict(NO_FAULTS)

@@ -74,15 +74,20 @@ class Findings(SimState):
         self._stop("violation")
 
     def _run_end_checks(self) -> None:
+        """Run every end-of-run check: their results first, then their violations, so
+        that the story tells nothing after its first ``VIOLATED`` line but verdicts."""
+        failed: list[tuple[str, str]] = []
         for name, check in self._end_checks:
             result = check()
             ok = result is True
             message = "" if ok else violation_message(name, result)
             self.records.append(("check", self.step, self.now, name, ok, message))
             if not ok:
-                self.records.append(("violation", self.step, self.now, name, message))
-                if name not in self.violated:
-                    self.violated.append(name)
+                failed.append((name, message))
+        for name, message in failed:
+            self.records.append(("violation", self.step, self.now, name, message))
+            if name not in self.violated:
+                self.violated.append(name)
 
     @property
     def verdict(self) -> str:

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 import trio.lowlevel as ll
 
+from . import trio_internals
 from .faults import SERVICE_FAULTS
-from .options import CALL_FAULT, CRASH, PARTITION, RESTART, TASK, TIMER, by_label
+from .options import CALL_FAULT, CRASH, PARTITION, RESTART, TASK, TIMER, WATCH, by_label
 from .process import CRASHED, RUNNING, Process
 from .state import SimState
 
@@ -37,15 +38,16 @@ class FaultInjection(SimState):
             any(budgets.values()) for budgets in self._service_faults.values()))
 
     def faults_allowed(self) -> bool:
-        """False once the plan's ``faults_until`` has passed: no new fault from then on."""
-        until = self.faults.faults_until
+        """False once the faults have stopped: past the plan's ``faults_until`` or, in a
+        run with ``eventually`` properties, once they stopped (``Liveness._note_calm``)."""
+        until = self._faults_end
         return until is None or self.now < until
 
     def _options(self, deadline: float) -> list[tuple[str, float, int, Any]]:
         options: list[tuple[str, float, int, Any]] = []
         parked = self._parked
         plan = self.faults
-        until = plan.faults_until
+        until = self._faults_end
         faulty = until is None or self.now < until  # faults_allowed(), inlined
         if parked:
             items = list(parked.items()) if len(parked) == 1 else sorted(
@@ -81,9 +83,50 @@ class FaultInjection(SimState):
                 if proc.state is RUNNING and (not only or proc.name in only):
                     options.append((f"partition:{proc.name}", plan.partition_weight,
                                     PARTITION, proc))
-        if deadline in self._passive and len(options) > 1:
-            del options[timer_at]  # a kernel watch: only when nothing else can happen
+        if self._watches:
+            self._add_watch(options, timer_at, deadline)
         return options
+
+    def _add_watch(self, options: list[tuple[str, float, int, Any]], timer_at: int,
+                   deadline: float) -> None:
+        """Offer the kernel's next watch, which is passive (see ``SimState._watches``).
+
+        Time may not pass it: the system's next timer is withdrawn while it is
+        later than the watch (one due at the same instant goes first).  And the
+        watch is offered only when the system has nothing else to do now (no
+        task, message, held task or restart; a fault may still be chosen beside
+        it, as beside a timer).  Due already, it is woken by the scheduler
+        (``Scheduler._schedule``), which is no choice.
+        """
+        due = min(self._watches.values())
+        if due < deadline and not math.isinf(deadline):
+            del options[timer_at]
+        if self._held:
+            return
+        for option in options:
+            if option[2] != CRASH and option[2] != PARTITION:
+                return
+        if due > self.now:
+            options.append((f"timer@{due:.3f}", 1.0, WATCH, due))
+
+    def _wake_watches(self, now: float) -> None:
+        """Wake every kernel watch due at ``now``."""
+        watches = self._watches
+        for task in [t for t, at in watches.items() if at <= now]:
+            del watches[task]
+            trio_internals.wake(task)
+
+    async def _watch_until(self, at: float) -> None:
+        """Park this kernel task until virtual time ``at``, passively (``_add_watch``)."""
+        task = ll.current_task()
+        watches = self._watches
+        watches[task] = at
+
+        def abort(_: object) -> ll.Abort:
+            watches.pop(task, None)
+            return ll.Abort.SUCCEEDED
+
+        await trio_internals.park(abort)
 
     def _add_call_faults(self, options: list[tuple[str, float, int, Any]], task: ll.Task,
                          label: str, service: str) -> None:

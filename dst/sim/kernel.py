@@ -157,14 +157,17 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
     def eventually(self, name: str, check: Invariant, within: float) -> None:
         """``check()`` must hold within ``within`` virtual seconds after the faults stop.
 
-        Faults stop when every fault budget is spent, or at the plan's
-        ``faults_until``, whichever comes first (at 0 for a plan without
-        faults).  From then on the property is checked after every step; it
-        is met the first time it holds.  If ``within`` seconds pass, or the
-        system comes to rest, before it has held, the run fails with the
-        property's message and how long it waited.  Once every such property
-        has held, the run ends there (``ended: held``): a system that never
-        rests does not have to run to its step bound.
+        Faults stop at the first of: every fault budget spent, or none left
+        that anything in the run could spend (at 0 for a plan without
+        faults); the plan's ``faults_until``; its ``calm_by`` (300 virtual
+        seconds by default); the system coming to rest.  From then on the
+        property is checked after every step; it is met the first time it
+        holds, work due at the deadline's very instant included.  If
+        ``within`` seconds pass, or the system comes to rest, before it has
+        held, the run fails with how long it waited and what the check said
+        last.  Once every such property has held, the run ends there
+        (``ended: held``): a system that never rests does not have to run to
+        its step bound.
         """
         if within <= 0:
             raise ValueError(f"eventually({name!r}) needs within > 0 seconds, not {within!r}")

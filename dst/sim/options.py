@@ -17,7 +17,7 @@ import trio.lowlevel as ll
 
 Option = tuple[str, float, int, Any]
 
-TASK, TIMER, DELIVER, DROP, DUP, CRASH, RESTART, HELD, CALL_FAULT, PARTITION = range(10)
+TASK, TIMER, DELIVER, DROP, DUP, CRASH, RESTART, HELD, CALL_FAULT, PARTITION, WATCH = range(11)
 
 INF = math.inf
 

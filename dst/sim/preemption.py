@@ -16,7 +16,7 @@ from trio.abc import Instrument
 
 from . import trio_internals
 from .clock import VirtualClock
-from .options import HELD, TIMER, Option, by_label
+from .options import HELD, Option, by_label
 from .process import _CURRENT as _INCARNATION_VAR
 from .process import RUNNING
 from .state import SimState
@@ -61,9 +61,7 @@ class Preemption(SimState):
         ordinary = next(iter(self._held))  # dicts keep insertion order: trio's queue order
         held = sorted(self._held.items(), key=by_label)
         options: list[Option] = [(f"{label}@run", 1.0, HELD, task) for task, label in held]
-        options.extend(self._options(deadline))
-        if deadline in self._passive:  # a kernel watch waits while tasks can run
-            options = [o for o in options if not (o[2] == TIMER and o[3] == deadline)]
+        options.extend(self._options(deadline))  # a kernel watch waits while tasks can run
         if len(options) == 1:
             self._perform(options[0], clock)  # nothing else could go: not a choice
             return 0.0

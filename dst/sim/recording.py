@@ -2,8 +2,11 @@
 
 Events (structlog), faults and refusals land in the run's records stamped with
 the step and the virtual time; the actor of each is the label of the task that
-caused it.  Tasks are labelled in the order they start (``p``, ``p/worker``,
-``p/worker#2``): stable and readable, never a memory address.
+caused it.  Once a run has stopped at a violation nothing more is recorded but
+another verdict: what its tasks do while they unwind (a ``finally`` that logs, a
+refused call) is not part of its story, which ends with the violation.  Tasks
+are labelled in the order they start (``p``, ``p/worker``, ``p/worker#2``):
+stable and readable, never a memory address.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class Recording(SimState):
     def logged_text(self, method: str, text: str, fields: dict[str, Any]) -> None:
         """``logged`` for an event whose text is apart from its ``fields`` (which hold
         only its context): what a plain ``structlog.get_logger()`` call lands in."""
+        if self._stopping and self.ended == "violation":
+            return  # the run is over: the verdict is the last thing its story tells
         if method != "info" and method != "msg":
             fields["level"] = method
         try:  # trio's current task, if any (``ll.current_task()`` without its frame)
@@ -55,11 +60,15 @@ class Recording(SimState):
 
     def event(self, actor: str, event: str, fields: dict[str, Any]) -> None:
         """Record a runtime event (the structlog processor lands here)."""
+        if self._stopping and self.ended == "violation":
+            return
         self.records.append(
             ("event", self.step, self.now, actor, event, canonical_fields(fields))
         )
 
     def fault(self, what: str, target: str, detail: str = "") -> None:
+        if self._stopping and self.ended == "violation":
+            return  # a refusal while the run's tasks unwind: not part of its story
         clock = self._clock  # ``now``, without the property's call
         self.records.append(("fault", self.step, clock.now if clock is not None else 0.0,
                              what, target, detail))

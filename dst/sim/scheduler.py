@@ -12,6 +12,7 @@ else (``trio_internals.may_step``); everything else goes through
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from .options import (
     RESTART,
     TASK,
     TIMER,
+    WATCH,
     by_label,
 )
 from .process import RUNNING, Process
@@ -283,7 +285,7 @@ class Scheduler(SimState):
         plan = self.faults
         if plan.crash_only or plan.crash_at or self._process_crashes:
             return None
-        until = plan.faults_until
+        until = self._faults_end
         if until is not None and clock.now >= until:
             return ()
         return tuple([proc for proc in self.processes.values()
@@ -335,6 +337,18 @@ class Scheduler(SimState):
             self._stop("bound")
             return 0.0
         options = self._options(deadline)
+        if self._watches:
+            if math.isinf(deadline) and (not options or (
+                    len(options) == 1 and options[0][2] == WATCH)):
+                # Nothing can happen but the kernel's own watches: the system is at
+                # rest, whatever they would wait for.
+                self._end_quiescent()
+                return 0.0
+            if not options:
+                # A watch is due now, and nothing else is left to do at this instant
+                # (the system's next timer is later): it goes, and that is no choice.
+                self._wake_watches(clock.now)
+                return 0.0
         if not options:
             self._end_quiescent()
             return 0.0
@@ -436,3 +450,6 @@ class Scheduler(SimState):
         elif kind == RESTART:
             assert self._nursery is not None
             target.restart(self._nursery)
+        elif kind == WATCH:
+            clock.now = target  # before every timer of the system's (``_add_watch``)
+            self._wake_watches(target)

@@ -48,14 +48,14 @@ class SimState:
     __slots__ = (
         "__dict__", "__weakref__", "_busy", "_call_fault", "_calling", "_calm_timer_set", "_clock",
         "_coverage", "_deadline_task", "_doom_watch", "_doomed", "_end_checks", "_envs",
-        "_eventually", "_held", "_hold_watch", "_incarnation_of", "_invariants", "_keeper",
-        "_label_owner", "_link_drops", "_link_dups", "_more_faults", "_nursery", "_parked",
-        "_passive", "_pending", "_process_crashes", "_releasing", "_service_faults",
+        "_eventually", "_faults_end", "_held", "_hold_watch", "_incarnation_of", "_invariants",
+        "_keeper", "_label_owner", "_link_drops", "_link_dups", "_more_faults", "_nursery",
+        "_parked", "_pending", "_process_crashes", "_releasing", "_said", "_service_faults",
         "_spin_counts", "_spinning", "_stopping", "_suffers", "_task_labels", "_waiting", "_watch",
-        "_watched", "calm_at", "crashed", "crashes_left", "cut_off", "divergence", "drops_left",
-        "dups_left", "ended", "error", "faults", "max_steps", "net", "partitions_left",
-        "preemptions_left", "processes", "records", "seed", "services", "step", "stores",
-        "strategy", "violated",
+        "_watched", "_watches", "calm_at", "crashed", "crashes_left", "cut_off", "divergence",
+        "drops_left", "dups_left", "ended", "error", "faults", "max_steps", "net",
+        "partitions_left", "preemptions_left", "processes", "records", "seed", "services", "step",
+        "stores", "strategy", "violated",
     )
 
     def __init__(
@@ -147,10 +147,20 @@ class SimState:
         self._pending: list[tuple[str, Invariant, float]] = []
         self.calm_at: float | None = None
         self._calm_timer_set = False
-        #: Deadlines of the kernel's own watches (faults stop, a liveness
-        #: deadline): offered only when nothing else can happen, so that they
-        #: never cut the system's work short the way a premature timeout would.
-        self._passive: set[float] = set()
+        #: What each pending property's check last said when it did not hold (its
+        #: message, for the violation), by name.
+        self._said: dict[str, str] = {}
+        #: No new fault from this virtual time on (None: while budgets last): the
+        #: plan's ``faults_until``, then, in a run with ``eventually`` properties,
+        #: its ``calm_by`` too, and the time the faults stopped once they have.
+        self._faults_end: float | None = faults.faults_until
+        #: The kernel's own watches (faults stop, a liveness deadline): each task
+        #: parked until a virtual time, off trio's deadlines.  A watch is *passive*:
+        #: woken only once nothing else can happen before its time or at it (the
+        #: system's own timers due then included), so it never cuts the system's
+        #: work short the way a premature timeout would, and it never keeps a system
+        #: that has come to rest from being seen at rest.
+        self._watches: dict[ll.Task, float] = {}
         self._deadline_task: trio.CancelScope | None = None
         #: Tasks of dead incarnations still alive: each is interrupted with
         #: ProcessCrashed whenever it blocks (see ``_bury``).
@@ -183,6 +193,8 @@ class SimState:
         def _schedule_held(self, deadline: float, clock: VirtualClock) -> float: ...
         def _end_quiescent(self) -> None: ...
         def _note_calm(self) -> None: ...
+        def _wake_watches(self, now: float) -> None: ...
+        async def _watch_until(self, at: float) -> None: ...
         def spend_link(self, source: str, dest: str, drops: bool) -> None: ...
         def _bury(self, inc: Incarnation) -> None: ...
         def _partition(self, proc: Process) -> None: ...
