@@ -39,6 +39,6 @@ APPROVAL = ("approval", "-c", "llm=happy", "-c", "crashes=0", "-c", "drops=0", "
 ])
 def test_check_reduction_passes_on_a_shipped_row(args: tuple[str, ...], tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["explore", *args, *NO_FAULTS, "--check-reduction",
-                                       "--out", str(tmp_path)])
+                                       "--max-schedules", "2000000", "--out", str(tmp_path)])
     assert result.exit_code in (0, 1), result.output
     assert "same verdicts and shortest violations" in result.output
