@@ -263,6 +263,7 @@ class _Search:
         self.sim = sim
         watch = self.watch
         watch.labels = sim._task_labels
+        watch.owners = sim._incarnation_of
         self.tap.watch = watch
         self.tap.install(ll.current_clock())
         if self.stack:

@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 import trio
 import trio.lowlevel as ll
 
-from ..sim.process import _CURRENT
+from ..sim.process import Incarnation
 
 
 class Touch(NamedTuple):
@@ -114,6 +114,8 @@ class StepWatch(trio.abc.Instrument):
         self._spawned = False
         #: The run's task labels (the kernel's), to name the tasks that step.
         self.labels: dict[ll.Task, str] = {}
+        #: Each task's incarnation (the kernel's ``_incarnation_of``).
+        self.owners: dict[ll.Task, Incarnation] = {}
         #: Whether trio calls the watch now (see ``install``).
         self.installed = False
 
@@ -135,7 +137,7 @@ class StepWatch(trio.abc.Instrument):
 
     def before_task_step(self, task: ll.Task) -> None:
         self.current = task
-        inc = task.context.get(_CURRENT)
+        inc = self.owners.get(task)  # the kernel's: its context may be another process's
         if inc is None:
             self._foreign = True
         else:

@@ -22,7 +22,6 @@ from ..errors import ProcessCrashed
 from . import trio_internals
 from .blocked import task_name
 from .options import INF
-from .process import _CURRENT as _INCARNATION_VAR
 from .state import SimState
 
 if TYPE_CHECKING:
@@ -106,9 +105,8 @@ class BusyWatch(SimState):
             # Still spinning after the run stopped: a loop in a shielded scope.
             # End the task that keeps stepping (never one waiting for its
             # children: trio cannot take an exception there).
-            inc = task.context.get(_INCARNATION_VAR)
+            inc = self._incarnation_of.get(task)
             if (self._spin_counts.get(task, 0) >= 8 and inc is not None
-                    and inc.process.sim is self
                     and not any(n.child_tasks for n in task.child_nurseries)):
                 from .kernel import RunStopped  # a cycle at import time: kernel mixes this in
 

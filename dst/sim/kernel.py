@@ -57,7 +57,6 @@ from .findings import Findings
 from .injection import FaultInjection
 from .liveness import Liveness
 from .preemption import HoldWatch, Preemption
-from .process import _CURRENT as _INCARNATION_VAR
 from .process import RUNNING, Incarnation, Process
 from .recording import Recording
 from .scheduler import Scheduler
@@ -265,9 +264,27 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
 
     def task_spawned(self, task: ll.Task) -> None:
         """Label a process's child task in the order it was started (stable, readable),
-        and tie it to its incarnation, so that it dies with it wherever it runs."""
-        inc = task.context.get(_INCARNATION_VAR)
-        if inc is not None and inc.process.sim is self:
+        and tie it to its incarnation, so that it dies with it wherever it runs.
+
+        The owner is the incarnation of the task that started it (trio calls this
+        inside ``start_soon``, in the starting task's step), or, for a task started
+        from outside any task of a process, that of its nursery's owner: never the
+        contextvars context it runs in.  A context can come from another process:
+        anyio's and the MCP SDK's memory streams carry the sender's context, and
+        the receiver starts its handler inside it (``ctx.run(tg.start_soon, ...)``),
+        which trio copies into the new task.  A process's main task is tied to its
+        incarnation by ``Process._body`` itself, whoever starts it.
+        """
+        if self._starting:
+            return  # a main task (``Process.start``), which may start inside another's step
+        spawner = getattr(_RUN_CONTEXT, "task", None)
+        owners = self._incarnation_of
+        inc = owners.get(spawner) if spawner is not None else None
+        if inc is None:
+            nursery = task.parent_nursery
+            if nursery is not None:
+                inc = owners.get(nursery.parent_task)
+        if inc is not None:
             inc.tasks.add(task)
             self._incarnation_of[task] = inc
             if inc.state is not RUNNING:

@@ -17,7 +17,6 @@ from trio.abc import Instrument
 from . import trio_internals
 from .clock import VirtualClock
 from .options import HELD, Option, by_label
-from .process import _CURRENT as _INCARNATION_VAR
 from .process import RUNNING
 from .state import SimState
 from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
@@ -36,8 +35,8 @@ class Preemption(SimState):
         """
         if self._releasing or self._stopping:
             return
-        inc = task.context.get(_INCARNATION_VAR)
-        if inc is None or inc.state is not RUNNING or inc.process.sim is not self:
+        inc = self._incarnation_of.get(task)  # its owner, whatever context it runs in
+        if inc is None or inc.state is not RUNNING:
             return
         if getattr(_RUN_CONTEXT, "task", None) is None:
             return  # trio's loop itself (a timer expired): not inside a step

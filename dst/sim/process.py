@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 
 RUNNING, CRASHED, EXITED = "running", "crashed", "exited"
 
-#: The incarnation a task belongs to: set in each process's main task, and
-#: inherited (contexts are copied at spawn) by every task it starts, in any
-#: nursery.
+#: The incarnation of a process's main task, set in its context.  Which
+#: incarnation a task belongs to is not read from here: a task can run in a
+#: context copied from another process (``Sim.task_spawned``), so the kernel
+#: keeps each task's owner itself (``Sim._incarnation_of``).
 _CURRENT: contextvars.ContextVar[Incarnation | None] = contextvars.ContextVar(
     "dst_incarnation", default=None
 )
@@ -170,7 +171,14 @@ class Process:
     def start(self, nursery: trio.Nursery) -> None:
         inc = self.live
         inc.env = self._make_env(inc)
-        trio_internals.spawn(nursery, self._body, (inc,), self.name)  # nursery.start_soon
+        sim = self.sim
+        # Not a child of whichever task is stepping now (a restart can be decided
+        # inside another process's step): ``_body`` ties the task to ``inc``.
+        sim._starting = True
+        try:
+            trio_internals.spawn(nursery, self._body, (inc,), self.name)  # nursery.start_soon
+        finally:
+            sim._starting = False
 
     async def _body(self, inc: Incarnation) -> None:
         _CURRENT.set(inc)
@@ -178,6 +186,7 @@ class Process:
         inc.main_task = task
         inc.tasks.add(task)
         sim = self.sim
+        sim._incarnation_of[task] = inc  # what its children's owner is read from
         env = inc.env
         try:
             if self.crashable and sim.crashes_left > 0:

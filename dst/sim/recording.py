@@ -46,8 +46,8 @@ class Recording(SimState):
             task = None
         actor = "dst" if task is None else self._task_labels.get(task)
         if actor is None:
-            proc = Process.current()
-            actor = proc.name if proc is not None else "dst"
+            inc = self._incarnation_of.get(task)
+            actor = inc.name if inc is not None else "dst"
         for v in fields.values():
             if type(v) not in _IMMUTABLE:
                 frozen: Any = canonical_fields(fields)
@@ -82,8 +82,8 @@ class Recording(SimState):
         label = self._task_labels.get(task)
         if label is not None:
             return label
-        proc = Process.current()
-        return proc.name if proc is not None else "dst"
+        inc = self._incarnation_of.get(task)  # its owner, not its context's (task_spawned)
+        return inc.name if inc is not None else "dst"
 
     def release_labels(self, proc: Process) -> None:
         """A restarted process's new tasks take the labels its dead ones had."""

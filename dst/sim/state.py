@@ -51,11 +51,11 @@ class SimState:
         "_eventually", "_faults_end", "_held", "_hold_watch", "_incarnation_of", "_invariants",
         "_keeper", "_label_owner", "_link_drops", "_link_dups", "_more_faults", "_nursery",
         "_parked", "_pending", "_process_crashes", "_releasing", "_said", "_service_faults",
-        "_spin_counts", "_spinning", "_stopping", "_suffers", "_task_labels", "_waiting", "_watch",
-        "_watched", "_watches", "calm_at", "crashed", "crashes_left", "cut_off", "divergence",
-        "drops_left", "dups_left", "ended", "error", "faults", "max_steps", "net",
-        "partitions_left", "preemptions_left", "processes", "records", "seed", "services", "step",
-        "stores", "strategy", "violated",
+        "_spin_counts", "_spinning", "_starting", "_stopping", "_suffers", "_task_labels",
+        "_waiting", "_watch", "_watched", "_watches", "calm_at", "crashed", "crashes_left",
+        "cut_off", "divergence", "drops_left", "dups_left", "ended", "error", "faults",
+        "max_steps", "net", "partitions_left", "preemptions_left", "processes", "records", "seed",
+        "services", "step", "stores", "strategy", "violated",
     )
 
     def __init__(
@@ -165,8 +165,12 @@ class SimState:
         #: Tasks of dead incarnations still alive: each is interrupted with
         #: ProcessCrashed whenever it blocks (see ``_bury``).
         self._doomed: set[ll.Task] = set()
-        #: Each task's incarnation, for the tasks of processes.
+        #: Each task's incarnation, for the tasks of processes: the incarnation of
+        #: the task that started it, never read from its contextvars context
+        #: (``Sim.task_spawned``).
         self._incarnation_of: dict[ll.Task, Incarnation] = {}
+        #: True while ``Process.start`` starts a main task (it owns itself).
+        self._starting = False
         #: What the run reached (``dst.coverage``), made by its first probe or fingerprint.
         self._coverage: RunCoverage | None = None
 
