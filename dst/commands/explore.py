@@ -28,7 +28,6 @@ from ..explore.exhaustive import (
     Exploration,
     Violation,
     deepen,
-    explore,
     record,
     replays,
 )
@@ -160,7 +159,7 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
             progress=show.update))
         plain = None
         if (compare_dfs or check_reduction) and not no_por:
-            plain = _guarded(scenario, scenario_ref, config, seed, lambda: explore(
+            plain = _guarded(scenario, scenario_ref, config, seed, lambda: deepen(
                 scenario, config, bounds, por=False, prune_states=False, seed=seed,
                 progress=show.update))
         show.close()

@@ -22,9 +22,38 @@ soak = pytest.mark.skipif(not os.environ.get("DST_SOAK"), reason="soak: set DST_
 APPROVAL = ("approval", "-c", "llm=happy", "-c", "crashes=0", "-c", "drops=0", "-c", "dups=0")
 
 
+SHIPPED = ("approval_disclosure", "approval_params", "approval_surface", "replenish_concurrency",
+           "replenish_crash", "replenish_deploy", "replenish_history", "replenish_lost_goods",
+           "replenish_lost_reply", "replenish_outage", "replenish_price",
+           "replenish_unreachable", "replenish_untrusted")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_check_reduction_passes_on_every_shipped_scenario_to_a_small_depth(
+        name: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["explore", name, *NO_FAULTS, "--max-steps", "10",
+                                       "--check-reduction", "--out", str(tmp_path)])
+    assert result.exit_code in (0, 1), result.output
+    assert "same verdicts and shortest violations" in result.output
+
+
+@soak
+@pytest.mark.parametrize("name", SHIPPED)
+def test_check_reduction_passes_on_every_shipped_scenario_deeper(
+        name: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["explore", name, *NO_FAULTS, "--max-steps", "14",
+                                       "--check-reduction", "--max-schedules", "2000000",
+                                       "--out", str(tmp_path)])
+    assert result.exit_code in (0, 1), result.output
+    assert "same verdicts and shortest violations" in result.output
+
+
 @pytest.mark.parametrize("args", [
     pytest.param(("counter", "-c", "cas=false", "-c", "increments=2"), id="counter-blind-put"),
     pytest.param(("counter", "-c", "increments=2"), id="counter-cas"),
+    pytest.param(("ping", "-c", "dedup=false", "-c", "requests=1", "-c", "attempts=2"),
+                 id="ping-blind"),
+    pytest.param(("ping", "-c", "requests=1", "-c", "attempts=2"), id="ping-dedup"),
     pytest.param((*APPROVAL, "-c", "spend_mode=after", "-c", "fresh_view=false",
                   "--invariant", "AtMostOnce", "--invariant", "NoResurrection"),
                  id="approval-after"),
