@@ -93,6 +93,23 @@ class FaultPlan:
     partition_seconds: float = 60.0
     partition_weight: float = 0.05
     partition_of: tuple[str, ...] = ()
+    #: TCP between processes (trio's sockets, ``dst.sim.sockets``).  A partition
+    #: breaks the connections across the cut and a crash closes the dead
+    #: process's sockets (budgets above); message drops do not apply (TCP
+    #: retransmits a lost segment: the loss costs time, which a delay models).
+    #: ``split_weight``: a ``recv`` that finds two bytes or more may return only
+    #: a part of them, "split" against 1.0 for "all" (0: never; not a fault).
+    split_weight: float = 0.25
+    #: Connection resets per run, each offered on a parked socket send: the
+    #: segment is lost and both ends get ``ECONNRESET`` (on a server's reply: the
+    #: reply lost after the server acted).
+    max_resets: int = 0
+    reset_weight: float = 0.2
+    #: Delayed segments per run, each offered on a parked socket send: its bytes
+    #: (and the ones sent after them) arrive ``segment_delay_seconds`` late.
+    max_segment_delays: int = 0
+    segment_delay_seconds: float = 5.0
+    segment_delay_weight: float = 0.2
     #: Virtual time after which no new fault is injected (None: while budgets
     #: last).  ``eventually`` properties are timed from when faults stop.
     faults_until: float | None = None
@@ -129,7 +146,7 @@ class FaultPlan:
     @property
     def has_faults(self) -> bool:
         return bool(self.max_crashes or self.max_drops or self.max_dups
-                    or self.max_partitions or any(
+                    or self.max_partitions or self.max_resets or self.max_segment_delays or any(
                         sf.fail or sf.lose_reply or sf.delay or sf.repeat
                         for sf in self.services.values()))
 
@@ -143,6 +160,10 @@ class FaultPlan:
             parts.append(f"dups<={self.max_dups}")
         if self.max_partitions:
             parts.append(f"partitions<={self.max_partitions}")
+        if self.max_resets:
+            parts.append(f"resets<={self.max_resets}")
+        if self.max_segment_delays:
+            parts.append(f"segment delays<={self.max_segment_delays}")
         for name, sf in sorted(self.services.items()):
             kinds = [f"{k}<={sf.budget(k)}" for k in SERVICE_FAULTS if sf.budget(k)]
             if kinds:
@@ -158,6 +179,7 @@ NO_FAULTS = FaultPlan()
 _OMITTED_WHEN_DEFAULT = (
     "services", "process_crashes", "crash_only", "crash_at", "link_drops", "link_dups",
     "links_only", "max_partitions", "partition_seconds", "partition_weight", "partition_of",
-    "faults_until", "calm_by",
+    "faults_until", "calm_by", "split_weight", "max_resets", "reset_weight",
+    "max_segment_delays", "segment_delay_seconds", "segment_delay_weight",
 )
 _DEFAULTS = asdict(NO_FAULTS)

@@ -361,7 +361,8 @@ _RNG = "env.rng (seeded per run)"
 _THREADS = "a trio task (nursery.start_soon; threads are not simulated)"
 _FILES = "env.store (files are not simulated)"
 _PROCESSES = "a fake registered with sim.service and called through env.services"
-_NET = "env.net"
+_NET = ("env.net, or trio's own TCP between processes (trio.open_tcp_stream(name, port), "
+        "trio.serve_tcp), which dst simulates")
 
 #: (owner, attribute, replacement, shared): ``shared`` replacements also take the
 #: place of every reference other modules hold to the original.
@@ -436,11 +437,17 @@ def _targets() -> list[Target]:
                     _Trap(what, function, _FILES, entry_point=True)), False))
             else:
                 entry(trio.Path, name, what, _FILES)
-    for name in ("socket", "socketpair", "fromfd", "from_stdlib_socket", "getaddrinfo",
-                 "getnameinfo"):
+    # While dst's simulated network is installed (every batch of runs: ``dst.sim.
+    # sockets``), trio's TCP entry points reach it and go through; a socket made
+    # from a descriptor, a socket pair, a Unix socket and TLS would be real.
+    for name in ("socket", "getaddrinfo", "getnameinfo"):
+        trap(trio.socket, name, f"trio.socket.{name}()", _NET, entry_point=True,
+             reads=_real_socket)
+    for name in ("socketpair", "fromfd", "from_stdlib_socket"):
         entry(trio.socket, name, f"trio.socket.{name}()", _NET)
-    for name in ("open_tcp_stream", "open_tcp_listeners", "serve_tcp", "open_unix_socket",
-                 "open_ssl_over_tcp_stream", "open_ssl_over_tcp_listeners",
+    for name in ("open_tcp_stream", "open_tcp_listeners", "serve_tcp"):
+        trap(trio, name, f"trio.{name}()", _NET, entry_point=True, reads=_unsimulated)
+    for name in ("open_unix_socket", "open_ssl_over_tcp_stream", "open_ssl_over_tcp_listeners",
                  "serve_ssl_over_tcp"):
         entry(trio, name, f"trio.{name}()", _NET)
 
@@ -456,6 +463,19 @@ def _targets() -> list[Target]:
     if isinstance(start, (int, float)):  # relativeCreated = created - _startTime
         out.append((logging, "_startTime", type(start)(0), False))
     return out
+
+
+def _unsimulated(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a trio TCP entry point would reach the real network (no simulated one)."""
+    from .sockets import simulating
+
+    return not simulating()
+
+
+def _real_socket(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``trio.socket.socket()`` is real without the simulated network, or from a descriptor."""
+    fileno = args[3] if len(args) > 3 else kwargs.get("fileno")
+    return fileno is not None or _unsimulated(args, kwargs)
 
 
 _MISSING = object()

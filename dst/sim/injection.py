@@ -34,8 +34,11 @@ class FaultInjection(SimState):
 
     def _recount_faults(self) -> None:
         """Whether a partition or a service fault may still be offered (the lean path's test)."""
+        sockets = self._sockets
         self._more_faults = bool(self.partitions_left or any(
-            any(budgets.values()) for budgets in self._service_faults.values()))
+            any(budgets.values()) for budgets in self._service_faults.values())) or (
+            sockets.faults_left() if sockets is not None
+            else bool(self.faults.max_resets or self.faults.max_segment_delays))
 
     def faults_allowed(self) -> bool:
         """False once the faults have stopped: past the plan's ``faults_until`` or, in a
@@ -53,10 +56,15 @@ class FaultInjection(SimState):
             items = list(parked.items()) if len(parked) == 1 else sorted(
                 parked.items(), key=by_label)
             calling = self._calling if (self._service_faults and faulty) else None
+            sockets = self._sockets
+            sending = sockets.sending if (
+                sockets is not None and faulty and sockets.faults_left()) else None
             for task, label in items:
                 options.append((label, 1.0, TASK, task))
                 if calling and task in calling:
                     self._add_call_faults(options, task, label, calling[task])
+                if sending and task in sending:
+                    sockets.add_faults(options, task, label)  # type: ignore[union-attr]
         if self.net.in_flight:
             self.net.add_options(options, faulty)
         timer_at = len(options)
@@ -177,6 +185,8 @@ class FaultInjection(SimState):
         self.cut_off = proc.name
         self.fault("partition", proc.name, f"until {heal_at:.3f}")
         self.net.cut(proc.name)
+        if self._sockets is not None:
+            self._sockets.cut(proc.name)
         assert self._nursery is not None
         self._nursery.start_soon(self._heal, heal_at, name="dst-heal")
 
@@ -185,6 +195,8 @@ class FaultInjection(SimState):
         if self.cut_off is not None:
             self.fault("heal", self.cut_off)
             self.cut_off = None
+            if self._sockets is not None:
+                self._sockets.healed()
 
 
 

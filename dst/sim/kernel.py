@@ -172,18 +172,21 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
             raise ValueError(f"eventually({name!r}) needs within > 0 seconds, not {within!r}")
         self._eventually.append((name, check, float(within)))
 
-    def choose(self, label: str, options: Sequence[str]) -> str:
+    def choose(self, label: str, options: Sequence[str],
+               weights: Sequence[float] | None = None) -> str:
         """A data choice (what the fake LLM picks, whether a supplier fails...).
 
         Recorded like a scheduling decision, so replay forces it and search can
-        branch on it.  ``options`` must be in a stable order.
+        branch on it.  ``options`` must be in a stable order; ``weights`` (one per
+        option, 1.0 each by default) are what a random strategy draws by.
         """
         if not options:
             raise ValueError(f"choose({label!r}) needs at least one option")
         labels = [f"{label}:{o}" for o in options]
         self._next_step()
         try:
-            index = self.strategy.choose(self.step, labels, None)
+            index = self.strategy.choose(
+                self.step, labels, None if weights is None else list(weights))
         except DivergenceError as exc:
             if self.divergence is None:
                 self.divergence = exc
@@ -371,6 +374,8 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
             self._doom(task)
             if trio_internals.is_blocked(task):
                 trio_internals.interrupt(task, ProcessCrashed(f"process {inc.name} has crashed"))
+        if self._sockets is not None:
+            self._sockets.crashed(inc)  # its sockets vanish, as its kernel closes them
 
     # -- running --------------------------------------------------------------
 
@@ -422,6 +427,9 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
             for proc in self.processes.values():
                 proc.release()
             self.net.sim = None  # type: ignore[assignment]
+            if self._sockets is not None:
+                self._sockets.release()
+                self._sockets = None
             # The scenario's callables hold its world, and a world's fakes hold this
             # Sim: drop them, so the run is freed by refcounting, not the collector.
             self.services.clear()

@@ -72,6 +72,10 @@ class Liveness(SimState):
         if self.partitions_left > 0 and (not plan.partition_of or any(
                 p.name in plan.partition_of for p in alive)):
             return True
+        sockets = self._sockets
+        if (sockets.faults_left() if sockets is not None
+                else plan.max_resets or plan.max_segment_delays):
+            return True  # a process may open a connection and send at any time
         return any(name in self.services and any(n > 0 for n in budgets.values())
                    for name, budgets in self._service_faults.items())
 
@@ -227,6 +231,8 @@ class Liveness(SimState):
             lot = proc.live._mail_lot  # made on the first receive: none yet, nobody waits
             if lot:
                 out.update(lot)
+        if self._sockets is not None:
+            out.update(self._sockets.idle)  # a recv or an accept waits on the world too
         return out
 
     def _blocked_tasks(self, mail: set[ll.Task]) -> list[tuple[ll.Task, Incarnation]]:

@@ -18,6 +18,8 @@ import trio.lowlevel as ll
 Option = tuple[str, float, int, Any]
 
 TASK, TIMER, DELIVER, DROP, DUP, CRASH, RESTART, HELD, CALL_FAULT, PARTITION, WATCH = range(11)
+#: A fault of a parked socket send (``dst.sim.sockets``): its target is ``(task, kind)``.
+SOCKET_FAULT = 11
 
 INF = math.inf
 

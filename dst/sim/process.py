@@ -212,6 +212,8 @@ class Process:
             inc.tasks.discard(task)
         if inc.state is RUNNING:
             inc.state = EXITED
+            if sim._sockets is not None:
+                sim._sockets.exited(inc)  # what it left open, its exit closes
 
     def release(self) -> None:
         """Drop the references into a finished run, so refcounting frees it, not the GC.

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import trio
 from trio.abc import Instrument
 
-from . import trio_internals
+from . import sockets, trio_internals
 from .clock import VirtualClock
 from .guard import Guard
 from .kernel import ACTIVE, Sim
@@ -112,6 +112,9 @@ def run_sims(
         if guarded:
             traps.install()
         trio_internals.fast_instruments()
+        # trio's socket factory and resolver, for every seed of the batch: each call
+        # goes to the run in progress (``dst.sim.sockets``).
+        network = sockets.install()
         loop = batches[0]
         try:
             first = True
@@ -126,6 +129,7 @@ def run_sims(
                     loop.count_passes(None)
                 on_done(sim)
         finally:
+            network.restore()
             traps.restore()
 
     collecting = gc.isenabled()

@@ -33,6 +33,7 @@ from .options import (
     INF,
     PARTITION,
     RESTART,
+    SOCKET_FAULT,
     TASK,
     TIMER,
     WATCH,
@@ -453,3 +454,6 @@ class Scheduler(SimState):
         elif kind == WATCH:
             clock.now = target  # before every timer of the system's (``_add_watch``)
             self._wake_watches(target)
+        elif kind == SOCKET_FAULT:
+            assert self._sockets is not None
+            self._sockets.perform_fault(target)

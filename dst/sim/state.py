@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .busy import _DoomWatch, _StepWatch
     from .kernel import Sim
     from .preemption import HoldWatch
+    from .sockets.network import SocketNetwork
 
 #: Steps after which a run stops with verdict "pass (bounded)".  Large enough
 #: for every shipped scenario to reach quiescence; small enough that a livelock
@@ -57,6 +58,10 @@ class SimState:
         "max_steps", "net", "partitions_left", "preemptions_left", "processes", "records", "seed",
         "services", "step", "stores", "strategy", "violated",
     )
+
+    #: The run's simulated TCP network (``dst.sim.sockets``), made when a process
+    #: first opens a socket or resolves a name: most runs never do.
+    _sockets: SocketNetwork | None = None
 
     def __init__(
         self,
@@ -140,7 +145,8 @@ class SimState:
         self._call_fault: dict[ll.Task, str] = {}
         #: Faults other than crashes and message faults may still be offered
         #: (``_recount_faults``, inlined: every budget kept above is positive).
-        self._more_faults = bool(self.partitions_left) or any(self._service_faults.values())
+        self._more_faults = bool(self.partitions_left) or any(self._service_faults.values()) \
+            or bool(faults.max_resets or faults.max_segment_delays)
         #: ``eventually`` properties: (name, check, within), those not yet seen to
         #: hold since the faults stopped, and when they stopped (None: not yet).
         self._eventually: list[tuple[str, Invariant, float]] = []

@@ -42,6 +42,7 @@ FAULT_KINDS = frozenset({
     "heal",         # the partition healed
     "partitioned",  # a message sent across the partition was lost
     "service",      # a service call failed, lost its reply, ran twice or replied late
+    "tcp",          # a TCP connection was reset, delayed, cut or closed by a crash
 })
 
 #: Why a run ended (the footer's ``ended``).

@@ -88,16 +88,16 @@ async def _open_process(env: Env) -> object:
     return await trio.lowlevel.open_process(PYTHON)
 
 
-async def _trio_socket(env: Env) -> object:
-    return trio.socket.socket()
+async def _trio_socket_from_a_descriptor(env: Env) -> object:
+    return trio.socket.socket(fileno=0)
 
 
-async def _trio_getaddrinfo(env: Env) -> object:
-    return await trio.socket.getaddrinfo("localhost", 80)
+async def _trio_socketpair(env: Env) -> object:
+    return trio.socket.socketpair()
 
 
-async def _open_tcp_stream(env: Env) -> object:
-    return await trio.open_tcp_stream("localhost", 9)
+async def _open_unix_socket(env: Env) -> object:
+    return await trio.open_unix_socket("/nonexistent/dst.sock")
 
 
 ENTRY_POINTS: dict[str, tuple[Callable[[Env], Awaitable[object]], str, str]] = {
@@ -113,9 +113,12 @@ ENTRY_POINTS: dict[str, tuple[Callable[[Env], Awaitable[object]], str, str]] = {
     "trio.run_process": (_run_process, "trio.run_process()", "env.services"),
     "trio.lowlevel.open_process": (_open_process, "trio.lowlevel.open_process()",
                                    "env.services"),
-    "trio.socket.socket": (_trio_socket, "trio.socket.socket()", "env.net"),
-    "trio.socket.getaddrinfo": (_trio_getaddrinfo, "trio.socket.getaddrinfo()", "env.net"),
-    "trio.open_tcp_stream": (_open_tcp_stream, "trio.open_tcp_stream()", "env.net"),
+    # trio's TCP (``trio.socket.socket()``, ``getaddrinfo``, ``open_tcp_stream``...)
+    # reaches dst's simulated network instead (tests/test_netsim.py); these are real.
+    "trio.socket.socket(fileno=...)": (_trio_socket_from_a_descriptor,
+                                       "trio.socket.socket()", "env.net"),
+    "trio.socket.socketpair": (_trio_socketpair, "trio.socket.socketpair()", "env.net"),
+    "trio.open_unix_socket": (_open_unix_socket, "trio.open_unix_socket()", "env.net"),
 }
 
 
