@@ -66,6 +66,7 @@ from typing import Any, NoReturn
 
 from ..errors import NondeterminismError
 from .kernel import ACTIVE
+from .sockets.install import numeric_lookups, simulating
 
 #: Top-level packages and subpackages whose calls are let through: trio runs the
 #: simulation, and the libraries dst is made of read nothing a run observes.
@@ -416,6 +417,11 @@ def _targets() -> list[Target]:
     trap(socket.socket, "__init__", "socket.socket()", _NET)
     for name in ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr"):
         trap(socket, name, f"socket.{name}()", _NET)
+    # The numeric-only lookups trio makes itself, before it asks its resolver, are
+    # answered by the simulated network while it is installed (``dst.sim.sockets``).
+    for owner, attr, replacement, _ in out:
+        if owner is socket and attr == "getaddrinfo" and isinstance(replacement, _Trap):
+            replacement.original = numeric_lookups(replacement.original)
 
     import trio
 
@@ -467,8 +473,6 @@ def _targets() -> list[Target]:
 
 def _unsimulated(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a trio TCP entry point would reach the real network (no simulated one)."""
-    from .sockets import simulating
-
     return not simulating()
 
 

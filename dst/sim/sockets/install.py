@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -21,7 +22,7 @@ import trio
 from ..active import ACTIVE
 from ..process import _CURRENT
 from ..trio_internals import RUN_CONTEXT as _RUN_CONTEXT
-from .hosts import ANY, LOOPBACK, is_loopback, port_number
+from .hosts import ANY, LOOPBACK, is_loopback, numeric, port_number
 from .network import network, os_error
 from .simsocket import SimSocket
 
@@ -112,6 +113,44 @@ class SimResolver(trio.abc.HostnameResolver):
                 raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
             found = address
         return found, str(port)
+
+
+def numeric_lookups(real: Callable[..., Any]) -> Callable[..., Any]:
+    """``socket.getaddrinfo`` as trio calls it itself, inside a simulated run.
+
+    trio tries every lookup numeric-only first (``AI_NUMERICHOST``), in libc,
+    before it asks its resolver: with the simulated network installed those
+    lookups are answered here, the same on every machine (libc's answer for no
+    host, IPv4 and IPv6 in an order of its configuration's, varies) and without
+    libc's cost.  Anything else goes to ``real``.
+    """
+
+    def getaddrinfo(host: Any, port: Any, family: int = 0, type: int = 0, proto: int = 0,
+                    flags: int = 0) -> Any:
+        if not (_INSTALLED and ACTIVE and flags & socket.AI_NUMERICHOST):
+            return real(host, port, family, type, proto, flags)
+        number = port_number(port)
+        if isinstance(host, bytes):
+            host = host.decode("ascii", "replace")
+        if host is None:
+            address, v6 = (ANY if flags & socket.AI_PASSIVE else LOOPBACK), False
+        elif numeric(host):
+            address, v6 = host, False
+        elif ":" in host:
+            address, v6 = host, True
+        else:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        wanted = socket.AF_INET6 if v6 else socket.AF_INET
+        if family not in (0, wanted):
+            code = getattr(socket, "EAI_ADDRFAMILY", socket.EAI_FAMILY)
+            raise socket.gaierror(code, "Address family for hostname not supported")
+        kind = socket.SOCK_DGRAM if type == socket.SOCK_DGRAM else socket.SOCK_STREAM
+        proto_ = socket.IPPROTO_UDP if kind == socket.SOCK_DGRAM else socket.IPPROTO_TCP
+        if v6:
+            return [(socket.AF_INET6, kind, proto_, "", (address, number, 0, 0))]
+        return [(socket.AF_INET, kind, proto_, "", (address, number))]
+
+    return getaddrinfo
 
 
 _FACTORY = SimSocketFactory()

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..process import Incarnation
 
 _CLOSED_BY_ANOTHER = "another task closed this socket"
+_INET, _STREAM = _socket.AddressFamily.AF_INET, _socket.SocketKind.SOCK_STREAM
 
 
 def _host_port(address: Any) -> tuple[str, int]:
@@ -60,8 +61,8 @@ class SimSocket(trio.socket.SocketType):
         self._net = net
         self._owner = owner
         self._host = owner.name
-        self._family = _socket.AddressFamily(family)
-        self._type = _socket.SocketKind(type)
+        self._family = _INET if family == _INET else _socket.AddressFamily(family)
+        self._type = _STREAM if type == _STREAM else _socket.SocketKind(type)
         self._proto = proto
         self._closed = False
         self._listening = False
