@@ -57,6 +57,8 @@ def _traces(scenario: Any, config: dict[str, Any], seeds: range) -> list[str]:
     ("ping", {}),
     ("approval", {}),
     ("replenish_crash", {}),
+    ("counter_asyncio", {}),  # asyncio processes: a reply wakes a loop's driver
+    ("tests/litmus/aio_queue_cancel.py", {"fixed": "false"}),
 ])
 def test_shipped_scenarios_give_the_same_traces_stepped_in_place_or_by_trio(
     monkeypatch: pytest.MonkeyPatch, steps_counted: list[int], name: str,

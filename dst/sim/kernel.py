@@ -100,6 +100,7 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
         stores: Sequence[str] = (),
         crashable: bool = True,
         idle: bool = False,
+        runtime: str = "trio",
     ) -> Process:
         """Start ``main(env)`` as process ``name``, connected to the named stores.
 
@@ -107,9 +108,19 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
         server waiting for the next request on a ``trio.Event`` or in
         ``sleep_forever``): at the end of the run its blocked tasks are idle, not
         a ``Deadlock``.  Waiting in ``env.net.recv()`` is always idle.
+
+        ``runtime="asyncio"``: ``main`` is an asyncio coroutine function, run on
+        dst's event loop (``dst.sim.aio``) under the same scheduler.
         """
         if name in self.processes:
             raise ValueError(f"a process named {name!r} already exists in this run")
+        if runtime != "trio":
+            if runtime != "asyncio":
+                raise ValueError(f"process {name!r}: runtime is 'trio' or 'asyncio', "
+                                 f"not {runtime!r}")
+            from .aio import asyncio_main  # asyncio is imported only by runs that use it
+
+            main = asyncio_main(main)
         for store_name in stores:
             self.store(store_name)
         proc = Process(self, name, main, tuple(stores), crashable, idle)
@@ -365,6 +376,13 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
         ``ProcessCrashed`` at once, and running ones whenever they next block.
         """
         parked = self._parked
+        loops = self._loops
+        if loops:
+            for loop in list(loops.values()):
+                if loop._inc is inc:
+                    # Its calls in flight end with it unrecorded, as the calls of a
+                    # process's own tasks do when the crash cancels them.
+                    loop.crashed()
         for task in list(inc.tasks):
             label = parked.pop(task, None)
             if label is not None:

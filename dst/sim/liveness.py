@@ -197,6 +197,10 @@ class Liveness(SimState):
             if inc.process.idle or inc in listening:
                 if not in_lock_cycle(task):
                     continue
+            loops = self._loops
+            if loops and task in loops:  # an asyncio process: its blocked asyncio tasks
+                stuck.extend(loops[task].stuck())
+                continue
             label = self._task_labels.get(task) or f"{inc.name}/{task_name(task)}"
             stuck.append(f"{label} waits in {describe_wait(task)}")
         if stuck:

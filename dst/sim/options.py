@@ -20,6 +20,9 @@ Option = tuple[str, float, int, Any]
 TASK, TIMER, DELIVER, DROP, DUP, CRASH, RESTART, HELD, CALL_FAULT, PARTITION, WATCH = range(11)
 #: A fault of a parked socket send (``dst.sim.sockets``): its target is ``(task, kind)``.
 SOCKET_FAULT = 11
+#: A ready callback of an asyncio process's loop run next (``dst.sim.aio``): its
+#: target is ``(loop, handle)``.
+READY = 16
 
 INF = math.inf
 

@@ -11,6 +11,8 @@ tasks go back to trio's queue and trio runs as usual.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import trio.lowlevel as ll
 from trio.abc import Instrument
 
@@ -20,6 +22,9 @@ from .options import HELD, Option, by_label
 from .process import RUNNING
 from .state import SimState
 from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
+
+if TYPE_CHECKING:
+    from .aio import SimLoop
 
 
 class Preemption(SimState):
@@ -57,9 +62,13 @@ class Preemption(SimState):
         if self.step >= self.max_steps:
             self._stop("bound")
             return 0.0
-        ordinary = next(iter(self._held))  # dicts keep insertion order: trio's queue order
+        ordinary: Any = next(iter(self._held))  # insertion order: trio's queue order
         held = sorted(self._held.items(), key=by_label)
-        options: list[Option] = [(f"{label}@run", 1.0, HELD, task) for task, label in held]
+        loops = self._loops
+        if loops:
+            options, ordinary = self._with_loops(held, loops, ordinary)
+        else:
+            options = [(f"{label}@run", 1.0, HELD, task) for task, label in held]
         options.extend(self._options(deadline))  # a kernel watch waits while tasks can run
         if len(options) == 1:
             self._perform(options[0], clock)  # nothing else could go: not a choice
@@ -76,6 +85,23 @@ class Preemption(SimState):
             if self.preemptions_left <= 0:
                 self._end_preemption()
         return 0.0
+
+    def _with_loops(self, held: list[tuple[ll.Task, str]], loops: dict[ll.Task, SimLoop],
+                    first: ll.Task) -> tuple[list[Option], Any]:
+        """The held options when asyncio processes run (``dst.sim.aio``), and the
+        ordinary one's target: a held loop driver stands for every callback ready
+        in its loop, each an option (``P/task@run``), its queue's head the one
+        asyncio runs next."""
+        options: list[Option] = []
+        ordinary: Any = first
+        for task, label in held:
+            loop = loops.get(task)
+            head = None if loop is None else loop.ready_options(options)
+            if head is None:
+                options.append((f"{label}@run", 1.0, HELD, task))
+            elif task is first:
+                ordinary = head
+        return options, ordinary
 
     def _end_preemption(self) -> None:
         """No preemption left (or the run stops): trio runs its queue as usual again."""

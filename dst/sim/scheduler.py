@@ -32,6 +32,7 @@ from .options import (
     HELD,
     INF,
     PARTITION,
+    READY,
     RESTART,
     SOCKET_FAULT,
     TASK,
@@ -103,7 +104,10 @@ class Scheduler(SimState):
         assert sleepers is not None
         for task in [t for t, at in sleepers.items() if at <= now]:
             del sleepers[task]
-            trio_internals.wake(task)
+            if task._abort_func is not None:
+                trio_internals.wake(task)
+            elif self._loops and task in self._loops:  # an asyncio loop's driver, not waiting
+                self._loops[task].timers_due()
 
     def on_quiescence(self, deadline: float) -> float:
         """Every task is blocked: check, choose one option, perform it.
@@ -164,8 +168,14 @@ class Scheduler(SimState):
                     break
                 self._busy += 1  # the pass of trio's loop this step stands for
                 step(runner, task, _WOKEN)
-            if runq or self._stopping:
-                return 0.0  # trio's next pass runs what the step made runnable
+            if self._stopping:
+                return 0.0
+            if runq:
+                # The step made a task runnable (an asyncio loop's driver woken by a reply
+                # its bridge brought): trio's next pass would run that one task, and the
+                # branch above steps it here when nothing else would happen in that pass.
+                task = None
+                continue
             due = deadlines.next_deadline() if deadlines._heap else INF
             task = self._quiescent(self._soonest(due) if self._sleepers else due)
         if task is not None:
@@ -457,3 +467,7 @@ class Scheduler(SimState):
         elif kind == SOCKET_FAULT:
             assert self._sockets is not None
             self._sockets.perform_fault(target)
+        elif kind == READY:
+            loop, handle = target
+            if self._held.pop(loop._driver, None) is not None:
+                loop.pick(handle)

@@ -26,6 +26,7 @@ from .strategy import Strategy
 if TYPE_CHECKING:
     from ..coverage import RunCoverage
     from ..env import Env
+    from .aio import SimLoop
     from .busy import _DoomWatch, _StepWatch
     from .kernel import Sim
     from .preemption import HoldWatch
@@ -62,6 +63,10 @@ class SimState:
     #: The run's simulated TCP network (``dst.sim.sockets``), made when a process
     #: first opens a socket or resolves a name: most runs never do.
     _sockets: SocketNetwork | None = None
+
+    #: The event loops of the run's asyncio processes by their driver task (made by
+    #: the first: ``dst.sim.aio``); a held driver stands for its ready callbacks.
+    _loops: dict[ll.Task, SimLoop] | None = None
 
     def __init__(
         self,

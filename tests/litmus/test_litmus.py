@@ -7,7 +7,9 @@ form as the default.  In the first five the race window holds no ``Env`` call
 at all (only trio checkpoints: ``trio.sleep(0)``, a lock, an event, a memory
 channel, a timeout), so a scheduler that decided only at ``Env`` calls could
 never find them; the last two need the outside world's faults (a lost or late
-reply, a partition).
+reply, a partition).  The ``aio_`` cases are asyncio twins of the first ones, run
+as asyncio processes (``runtime="asyncio"``): the window holds asyncio yields
+only (``asyncio.sleep(0)``, an event, a queue, a timeout).
 
 For every case: the bug is found within a thousand seeds and the first
 failure breaks only what the bug declares; the correct form passes
@@ -34,6 +36,7 @@ HERE = Path(__file__).parent
 CASES = [
     "check_then_act", "lost_wakeup", "singleflight", "channel_cancel", "half_update",
     "timeout_compensation", "lease_fencing",
+    "aio_check_then_act", "aio_lost_wakeup", "aio_queue_cancel",
 ]
 
 #: Seeds within which each bug must be found.

@@ -1,0 +1,934 @@
+"""asyncio processes: a dst event loop, driven by a trio task of the process.
+
+``sim.process(name, main, runtime="asyncio")`` runs the coroutine function
+``main(env)`` on a :class:`SimLoop`, an ``asyncio.BaseEventLoop`` whose
+``_run_once`` is the process's main trio task (the *driver*, :meth:`SimLoop._drive`).
+Unmodified asyncio code runs on it (tasks, ``gather``, ``wait_for``,
+``asyncio.timeout``, ``TaskGroup``, queues, locks, events, conditions,
+semaphores, ``call_soon``/``call_later``, ``to_thread`` for pure work), beside
+the trio processes of the same run, and everything that varies is one of the
+kernel's choices:
+
+* *Ready callbacks.*  asyncio runs its ready queue first in, first out.  While
+  the run's preemption budget lasts, the driver runs one callback at a time and
+  then takes a trio checkpoint, where the preemption watch holds it
+  (``dst.sim.preemption``); at the next quiescence every ready callback of its
+  queue is an option (``P/task@run``, labelled by the asyncio task it steps),
+  beside every other option of the run.  Running the queue's head is the
+  ordinary choice; anything else spends a preemption, exactly as for trio's
+  checkpoints.  Without preemptions left the driver runs asyncio's own
+  iteration (every callback ready at its start) between two trio checkpoints.
+* *Timers.*  ``loop.time()`` is the run's virtual time.  The loop's next timer
+  is one of the kernel's sleepers (``Scheduler._sleepers``), so it is offered as
+  ``timer@T`` exactly as a trio deadline would be, and performing it wakes the
+  driver, which moves the due timers to its ready queue.
+* *The world.*  ``env`` calls made from asyncio (``await env.store.get(k)``,
+  ``env.net.send/recv``, ``env.services.call``) each run the trio call in a
+  trio task of the process (a *bridge*, labelled with the asyncio task that
+  made the call), which parks at the kernel's choice point as any trio call
+  does and resolves an asyncio future when it returns; a cancelled asyncio
+  caller aborts its bridge at once.
+
+A crash stops the loop for good: its ready queue and timers are dropped, no
+callback of it ever runs again, and every pending asyncio task's coroutine is
+closed (its ``finally`` blocks run once, with every ``env`` call refused and
+recorded, as a trio task's do while it unwinds).  A task whose exception
+nobody retrieves is a ``NoUncaughtError``, as is an exception escaping a
+callback; tasks blocked forever at rest are named in the ``Deadlock`` message.
+``docs/design.md`` ("asyncio under the same scheduler") says why this design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import heapq
+import math
+import os
+import sys
+import weakref
+from asyncio import events
+from collections.abc import Awaitable, Callable, Coroutine
+from threading import get_ident
+from types import FrameType
+from typing import TYPE_CHECKING, Any, cast
+
+import sniffio
+import trio
+import trio.lowlevel as ll
+
+from ..env import Env, Json, Message
+from ..errors import ProcessCrashed
+from . import trio_internals
+from .env import SimServices, SimStoreHandle, SimTransport
+from .options import READY
+from .process import _CURRENT, RUNNING, Incarnation
+from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
+
+if TYPE_CHECKING:
+    from .kernel import Sim
+
+_running_loop = events._get_running_loop
+_set_running_loop = events._set_running_loop
+
+
+def asyncio_main(main: Callable[[Env], Awaitable[object]]) -> Callable[[Env], Awaitable[object]]:
+    """The trio program of an asyncio process whose asyncio program is ``main(env)``."""
+
+    async def run_asyncio(env: Env) -> object:
+        inc = _CURRENT.get()
+        assert inc is not None, "an asyncio process runs as a process of a simulated run"
+        return await _run(inc, main, env)
+
+    run_asyncio.__qualname__ = run_asyncio.__name__ = getattr(main, "__name__", "main")
+    return run_asyncio
+
+
+async def _run(inc: Incarnation, main: Callable[[Env], Awaitable[object]], env: Env) -> object:
+    sim = inc.sim
+    aenv = _asyncio_env(sim, inc, env)
+    # The bridges are started in the run's nursery, not one of the process's own:
+    # closing a nursery is a checkpoint, which a trio process's end does not take.
+    assert sim._nursery is not None
+    loop = SimLoop(sim, inc, sim._nursery)
+    try:
+        return await loop._drive(main, aenv)
+    finally:
+        loop._retire()
+
+
+class SimTask(asyncio.Task):  # type: ignore[type-arg]
+    """An asyncio task of a simulated process: labelled, and hashed by creation order.
+
+    A task's hash is its number in its loop, not its address, so that a set of
+    tasks (``asyncio.wait``'s ``done`` and ``pending``) iterates in the same
+    order in every run of a seed.
+    """
+
+    _dst_seq = 0
+    _dst_label = ""
+
+    def __hash__(self) -> int:
+        return self._dst_seq
+
+    def set_name(self, value: object) -> None:
+        """Named after its creation (``TaskGroup.create_task(coro, name=...)`` does
+        that): the label follows the name."""
+        super().set_name(value)
+        loop = self.get_loop()
+        if isinstance(loop, SimLoop) and self is not loop._main:
+            self._dst_label = loop._relabel(self._dst_label, str(value))
+
+
+class SimFuture(asyncio.Future):  # type: ignore[type-arg]
+    """A future of a simulated process's loop, hashed by creation order (see SimTask)."""
+
+    _dst_seq = 0
+
+    def __hash__(self) -> int:
+        return self._dst_seq
+
+
+class _Call(SimFuture):
+    """The asyncio side of an ``env`` call: resolved by its bridge, which it cancels."""
+
+    _bridge: ll.Task | None = None
+    _sim: Sim | None = None
+
+    def cancel(self, msg: Any = None) -> bool:
+        bridge, sim = self._bridge, self._sim
+        if bridge is not None and sim is not None and not self.done():
+            # The bridge's parked call is taken back now, as a cancelled trio task's is;
+            # that wake-up is the cancellation's own, never a new choice point.
+            releasing, sim._releasing = sim._releasing, True
+            try:
+                trio_internals.interrupt(bridge, _CallCancelled())
+            finally:
+                sim._releasing = releasing
+        return super().cancel(msg)
+
+
+class _CallCancelled(BaseException):
+    """Ends a bridge whose asyncio caller was cancelled (thrown where it waits)."""
+
+
+class _Named:
+    """Stands for a process in a finding about one of its asyncio tasks."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _callable_name(callback: Any) -> str:
+    while isinstance(callback, functools.partial):
+        callback = callback.func
+    name = getattr(callback, "__name__", None)
+    if not isinstance(name, str):
+        name = type(callback).__name__
+    return name.rsplit(".", 1)[-1]
+
+
+class SimLoop(asyncio.BaseEventLoop):
+    """The event loop of one incarnation of an asyncio process (see the module docstring)."""
+
+    # ``BaseEventLoop``'s own state, which typeshed does not declare (handles as Any:
+    # their fields are private too).
+    _ready: collections.deque[Any]
+    _scheduled: list[Any]
+    _timer_cancelled_count: int
+    _asyncgens: weakref.WeakSet[Any]
+
+    def __init__(self, sim: Sim, inc: Incarnation, nursery: trio.Nursery) -> None:
+        #: True once the loop may never run a callback again (a crash, the run's end).
+        self._dead = True  # (``BaseEventLoop.__init__`` asks ``is_running``)
+        super().__init__()
+        self._dead = False
+        self._sim = sim
+        self._inc = inc
+        self._nursery = nursery
+        self._driver: ll.Task = _RUN_CONTEXT.task
+        self._name = inc.name
+        #: Tasks and futures made so far (their numbers), labels given so far.
+        self._made = 0
+        self._label_counts: dict[str, int] = {}
+        #: The loop's tasks by number, in creation order (held weakly, as asyncio does).
+        self._tasks: weakref.WeakValueDictionary[int, asyncio.Task[Any]] = (
+            weakref.WeakValueDictionary())
+        #: Async generators first iterated here, in that order.
+        self._agens: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        #: The ready callback the kernel chose to run next (None: the queue's head).
+        self._pick: events.Handle | None = None
+        #: Callbacks made ready from outside the loop's own callbacks (a bridge's
+        #: reply, a timer the kernel fired): the decision's continuation, run first.
+        self._urgent: list[events.Handle] = []
+        #: Exceptions nobody will see, found outside the loop's callbacks (a task's
+        #: finalizer run by the kernel): reported by the driver when it next runs.
+        self._unseen: list[tuple[str, BaseException]] = []
+        #: The bridges alive, in the order they started.
+        self._bridges: dict[ll.Task, None] = {}
+        #: True while the driver waits for a timer or a wake-up (``_wait``).
+        self._idle = False
+        self._closing = False
+        self._killed = False
+        self._main: asyncio.Task[Any] | None = None
+        self._saved: tuple[Any, Any] | None = None
+        self._thread_id = get_ident()
+        loops = sim._loops
+        if loops is None:
+            loops = sim._loops = {}
+        loops[self._driver] = self
+
+    # -- what asyncio code sees ------------------------------------------------
+
+    def time(self) -> float:
+        return trio.current_time()
+
+    def create_future(self) -> asyncio.Future[Any]:
+        fut = SimFuture(loop=self)
+        self._made += 1
+        fut._dst_seq = self._made
+        return fut
+
+    def create_task(self, coro: Any, *, name: str | None = None,  # type: ignore[override]
+                    context: Any = None) -> asyncio.Task[Any]:
+        if self._dead:
+            close = getattr(coro, "close", None)
+            if close is not None:
+                close()
+            raise RuntimeError(f"process {self._name} has stopped: its event loop runs no more")
+        if self._main is None:
+            label = self._name
+            name = self._name if name is None else name
+        else:
+            if name is None:
+                qual = getattr(coro, "__qualname__", None)
+                base = qual.rsplit(".", 1)[-1] if isinstance(qual, str) else "task"
+            else:
+                base = str(name)
+            label = self._label(f"{self._name}/{base}")
+            if name is None:
+                name = label[len(self._name) + 1:]
+        task = SimTask(coro, loop=self, name=name, context=context)
+        self._made += 1
+        task._dst_seq = self._made
+        task._dst_label = label
+        self._tasks[self._made] = task
+        return task
+
+    def _label(self, base: str) -> str:
+        n = self._label_counts.get(base, 0) + 1
+        self._label_counts[base] = n
+        return base if n == 1 else f"{base}#{n}"
+
+    def _relabel(self, old: str, name: str) -> str:
+        """A task's label for its new name; the old label is given back if it was the
+        last one given (a task named right after its creation leaves no gap)."""
+        base, sep, n = old.rpartition("#")
+        if not sep or not n.isdigit():
+            base, n = old, "1"
+        counts = self._label_counts
+        if counts.get(base) == int(n):
+            counts[base] -= 1
+        return self._label(f"{self._name}/{name}")
+
+    def call_soon(self, callback: Callable[..., object], *args: Any,  # type: ignore[override]
+                  context: Any = None) -> events.Handle:
+        handle = events.Handle(callback, args, self, context)
+        if self._dead:
+            handle.cancel()
+            return handle
+        self._ready.append(handle)
+        if self._saved is None:  # not from a callback of this loop: a decision's continuation
+            self._urgent.append(handle)
+            self._wakeup()
+        return handle
+
+    call_soon_threadsafe = call_soon  # type: ignore[assignment]
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any,  # type: ignore[override]
+                context: Any = None) -> Any:
+        timer: Any = events.TimerHandle(when, callback, args, self, context)
+        if self._dead:
+            timer.cancel()
+            return timer
+        heapq.heappush(self._scheduled, timer)
+        timer._scheduled = True
+        if self._idle and trio_internals.is_blocked(self._driver):
+            self._arm()  # a timer set from outside the loop's callbacks
+        return timer
+
+    def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
+                        *args: Any) -> asyncio.Future[Any]:
+        """Pure work handed to a thread runs inline, as one step (threads are not simulated)."""
+        fut = self.create_future()
+        try:
+            result = func(*args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+        return fut
+
+    async def shutdown_default_executor(self, timeout: float | None = None) -> None:
+        return None
+
+    def _write_to_self(self) -> None:
+        pass  # no threads, no self-pipe
+
+    def run_forever(self) -> None:
+        raise RuntimeError("dst runs this event loop: await what you would have run on it")
+
+    def run_until_complete(self, future: Any) -> Any:
+        close = getattr(future, "close", None)
+        if close is not None and asyncio.iscoroutine(future):
+            close()
+        raise RuntimeError("dst runs this event loop: await what you would have run on it")
+
+    def close(self) -> None:
+        raise RuntimeError("Cannot close a running event loop")
+
+    def is_running(self) -> bool:
+        return not self._dead
+
+    def __del__(self) -> None:
+        pass  # never closed by its user: dst ends it (asyncio would warn "unclosed")
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        """An exception nobody will see (a task's never retrieved, a callback's): a finding.
+
+        Reported at once when it is found while the loop's callbacks run; found
+        elsewhere (a finalizer run wherever the task's last reference went,
+        inside the kernel even), it waits for the driver's next step.
+        """
+        exc = context.get("exception")
+        if exc is None or self._dead or self._sim._stopping:
+            return
+        task = context.get("task") or context.get("future")
+        label = getattr(task, "_dst_label", "") or self._name
+        if self._saved is not None:
+            self._sim.uncaught(cast("Any", _Named(label)), exc)
+            return
+        self._unseen.append((label, exc))
+        if self._idle:
+            self._wakeup()
+
+    def _report_unseen(self) -> None:
+        label, exc = self._unseen.pop(0)
+        self._unseen.clear()
+        if not self._sim._stopping:
+            self._sim.uncaught(cast("Any", _Named(label)), exc)
+
+    def _asyncgen_firstiter_hook(self, agen: Any) -> None:
+        self._made += 1
+        self._agens[self._made] = agen
+        self._asyncgens.add(agen)
+
+    def _asyncgen_finalizer_hook(self, agen: Any) -> None:
+        self._asyncgens.discard(agen)
+        if not self._dead:
+            self.call_soon(self.create_task, agen.aclose())
+
+    # -- the world, from asyncio -----------------------------------------------
+
+    def env_call(self, inc: Incarnation, op: str, fn: Callable[..., Awaitable[Any]],
+                 args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        """Run the trio ``env`` call ``fn(*args)`` in a bridge; the future it resolves."""
+        sim = self._sim
+        if inc.state is not RUNNING or self._dead:
+            if sim is not None and not sim._stopping:
+                sim.fault("refused", inc.name, op)
+            raise ProcessCrashed(f"process {inc.name} has crashed; {op} refused")
+        if sim is None or sim._stopping:
+            from .kernel import RunStopped
+
+            raise RunStopped("the run has stopped")
+        fut = _Call(loop=self)
+        self._made += 1
+        fut._dst_seq = self._made
+        fut._sim = sim
+        current = asyncio.current_task(self)
+        label = getattr(current, "_dst_label", "") or self._name
+        sim._starting = True  # the bridge is tied to the incarnation here, not labelled
+        try:
+            trio_internals.spawn(self._nursery, _bridge, (self, fut, fn, args), "asyncio")
+        finally:
+            sim._starting = False
+        bridge = _RUN_CONTEXT.runner.runq[-1]
+        self._bridges[bridge] = None
+        inc.tasks.add(bridge)
+        sim._incarnation_of[bridge] = inc
+        sim._task_labels[bridge] = label
+        return fut
+
+    # -- the driver --------------------------------------------------------------
+
+    async def _drive(self, main: Callable[[Env], Awaitable[object]], env: Env) -> object:
+        sim, inc, ready = self._sim, self._inc, self._ready
+        driver = self._driver
+        labels = sim._task_labels
+        self._enter()
+        try:
+            self._main = main_task = self.create_task(cast("Coroutine[Any, Any, Any]", main(env)))
+        finally:
+            self._exit()
+        try:
+            while True:
+                if self._unseen:
+                    self._report_unseen()
+                    await trio.lowlevel.checkpoint()  # raises: the run has stopped
+                if self._scheduled:
+                    self._due()
+                if not ready:
+                    if main_task.done() and self._shutdown():
+                        break
+                    if not ready:
+                        await self._wait()
+                    continue
+                # A decision's continuation first (``_wakeup``); then, while preemptions
+                # last, one callback and a checkpoint where the kernel may choose another
+                # (``ready_options``); after, asyncio's own iteration.
+                urgent = self._urgent
+                n = len(urgent) if urgent else (
+                    1 if sim._hold_watch is not None else len(ready))
+                self._enter()
+                try:
+                    while n and ready:
+                        n -= 1
+                        handle: Any = self._take()
+                        if handle._cancelled:
+                            continue
+                        owner = getattr(handle._callback, "__self__", None)
+                        labels[driver] = (owner._dst_label if type(owner) is SimTask
+                                          else self._name)
+                        handle._run()
+                        del handle, owner
+                        if inc.state is not RUNNING or sim._stopping:
+                            break
+                finally:
+                    self._exit()
+                if inc.state is not RUNNING or sim._stopping:
+                    await trio.lowlevel.checkpoint()  # raises: the process or the run is over
+                if self._scheduled:
+                    self._due()
+                if ready:
+                    self._arm()
+                    await trio.lowlevel.checkpoint()  # held here while preemptions last
+        except BaseException:
+            self._kill()  # whatever ends the driver, no callback of this loop runs again
+            raise
+        labels[driver] = self._name
+        if main_task.cancelled() or main_task.exception() is None:
+            self._report_unretrieved()
+        return main_task.result()
+
+    def _take(self) -> Any:
+        pick = self._pick
+        if pick is not None:
+            self._pick = None
+        elif self._urgent:
+            pick = self._urgent.pop(0)
+        else:
+            return self._ready.popleft()
+        ready = self._ready
+        for i, handle in enumerate(ready):
+            if handle is pick:
+                del ready[i]
+                break
+        return pick
+
+    def _due(self) -> None:
+        """Move the timers due now to the ready queue, as asyncio's ``_run_once`` does."""
+        scheduled = self._scheduled
+        if self._timer_cancelled_count > 100 and self._timer_cancelled_count * 2 > len(scheduled):
+            kept = [h for h in scheduled if not h._cancelled]
+            for h in scheduled:
+                if h._cancelled:
+                    h._scheduled = False
+            heapq.heapify(kept)
+            self._scheduled = scheduled = kept
+            self._timer_cancelled_count = 0
+        now = trio.current_time()
+        while scheduled:
+            handle = scheduled[0]
+            if handle._cancelled:
+                heapq.heappop(scheduled)
+                handle._scheduled = False
+                self._timer_cancelled_count -= 1
+                continue
+            if handle._when > now:
+                break
+            heapq.heappop(scheduled)
+            handle._scheduled = False
+            self._ready.append(handle)
+
+    def _next_timer(self) -> float | None:
+        scheduled = self._scheduled
+        while scheduled and scheduled[0]._cancelled:
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False
+            self._timer_cancelled_count -= 1
+        return scheduled[0]._when if scheduled else None
+
+    def _arm(self) -> None:
+        """Tell the kernel when the loop's next timer is due (a sleeper of its own)."""
+        sim = self._sim
+        sleepers = sim._sleepers
+        when = self._next_timer()
+        if when is None or not math.isfinite(when):
+            if sleepers:
+                sleepers.pop(self._driver, None)
+            return
+        if sleepers is None:
+            sleepers = sim._sleepers = {}
+        sleepers[self._driver] = when
+
+    async def _wait(self) -> None:
+        """Nothing is ready: wait for the next timer (the kernel's ``timer@T``) or a
+        wake-up (a bridge resolving a future, a callback scheduled from outside)."""
+        self._arm()
+        self._idle = True
+        try:
+            await trio_internals.park(self._abort)
+        finally:
+            self._idle = False
+
+    def _abort(self, _: object) -> ll.Abort:
+        sleepers = self._sim._sleepers if self._sim is not None else None
+        if sleepers:
+            sleepers.pop(self._driver, None)
+        return ll.Abort.SUCCEEDED
+
+    def _wakeup(self) -> None:
+        """Callbacks became ready from outside the loop: run them now.
+
+        They continue the decision that caused them (a parked call chosen, a
+        message delivered, a timer fired), as a trio task woken by a decision
+        runs at once: the driver, waiting or held at a checkpoint, goes on with
+        them first, and its other ready callbacks stay where they were.
+        """
+        driver = self._driver
+        sim = self._sim
+        if self._idle:
+            if trio_internals.is_blocked(driver):
+                sleepers = sim._sleepers
+                if sleepers:
+                    sleepers.pop(driver, None)
+                trio_internals.wake(driver)
+        elif sim._held.pop(driver, None) is not None:
+            trio_internals.release(driver)
+
+    def timers_due(self) -> None:
+        """The kernel fired the loop's timer while its driver was held (``_wake_sleepers``):
+        the callbacks due go first, as a trio task woken by its deadline would."""
+        scheduled = self._scheduled
+        now = trio.current_time()
+        while scheduled and (scheduled[0]._cancelled or scheduled[0]._when <= now):
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False
+            if handle._cancelled:
+                self._timer_cancelled_count -= 1
+                continue
+            self._ready.append(handle)
+            self._urgent.append(handle)
+        if self._urgent:
+            self._wakeup()
+
+    def _enter(self) -> None:
+        """asyncio's view while the loop's callbacks run: its running loop, sniffio's
+        answer and the async generator hooks are this loop's."""
+        _set_running_loop(self)
+        self._saved = (sniffio.thread_local.name, sys.get_asyncgen_hooks())
+        sniffio.thread_local.name = "asyncio"
+        sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook,
+                               finalizer=self._asyncgen_finalizer_hook)
+
+    def _exit(self) -> None:
+        _set_running_loop(None)
+        saved = self._saved
+        if saved is not None:
+            self._saved = None
+            sniffio.thread_local.name = saved[0]
+            sys.set_asyncgen_hooks(*saved[1])
+
+    def _pending(self) -> list[asyncio.Task[Any]]:
+        return [t for _, t in sorted(self._tasks.items()) if not t.done()]
+
+    def _shutdown(self) -> bool:
+        """The main task is done: as ``asyncio.run`` ends, cancel what is left, then
+        close the async generators; True once nothing is left."""
+        pending = self._pending()
+        if pending:
+            if not self._closing:
+                self._closing = True
+                self._enter()
+                try:
+                    for task in pending:
+                        task.cancel()
+                finally:
+                    self._exit()
+            return False
+        agens = [a for _, a in sorted(self._agens.items())]
+        self._agens.clear()
+        if agens:
+            self._enter()
+            try:
+                for agen in agens:
+                    self.create_task(agen.aclose())
+            finally:
+                self._exit()
+            return False
+        return True
+
+    def _report_unretrieved(self) -> None:
+        """A task that failed and whose exception nobody retrieved, at the process's end."""
+        main = self._main
+        for _, task in sorted(self._tasks.items()):
+            if task is main or not task.done() or task.cancelled():
+                continue
+            if task._log_traceback:
+                exc = task.exception()
+                if exc is not None:
+                    self.call_exception_handler({"exception": exc, "task": task})
+                    return
+
+    # -- the kernel's side ---------------------------------------------------------
+
+    def ready_options(self, options: list[tuple[str, float, int, Any]]) -> Any:
+        """List the ready callbacks as options (``P/task@run``); the head's target.
+
+        Timers due now join the queue first, as at the start of asyncio's
+        iteration.  None when nothing is ready (the driver then goes on as a
+        plain held task).
+        """
+        if self._scheduled:
+            self._due()
+        head = None
+        seen: set[str] = set()
+        for handle in self._ready:
+            if handle._cancelled:
+                continue
+            owner = getattr(handle._callback, "__self__", None)
+            if type(owner) is SimTask:
+                label = owner._dst_label
+            elif isinstance(owner, asyncio.Task):
+                label = f"{self._name}/{_callable_name(owner.get_coro())}"
+            else:
+                label = f"{self._name}/{_callable_name(handle._callback)}"
+            if label in seen:
+                n = 2
+                while f"{label}#{n}" in seen:
+                    n += 1
+                label = f"{label}#{n}"
+            seen.add(label)
+            target = (self, handle)
+            options.append((label + "@run", 1.0, READY, target))
+            if head is None:
+                head = target
+        return head
+
+    def crashed(self) -> None:
+        """The process crashed (``Sim._bury``): the calls its bridges have parked
+        leave the enabled set, unrecorded, as a cancelled trio task's do."""
+        self._dead = True
+        parked = self._sim._parked
+        for bridge in self._bridges:
+            parked.pop(bridge, None)
+
+    def pick(self, handle: events.Handle) -> None:
+        """The kernel chose ``handle`` to run next: let the held driver go."""
+        self._pick = handle
+        trio_internals.release(self._driver)
+
+    def stuck(self) -> list[str]:
+        """What each blocked asyncio task waits on, for a ``Deadlock`` message."""
+        out = []
+        for task in self._pending():
+            waiter = getattr(task, "_fut_waiter", None)
+            if isinstance(waiter, asyncio.Task) or type(waiter).__name__ == "_GatheringFuture":
+                continue  # it waits for other tasks, which are named themselves
+            label = getattr(task, "_dst_label", "") or self._name
+            out.append(f"{label} waits in {_describe(task)}")
+        return out
+
+    def _kill(self) -> None:
+        """The process crashed or the run stopped: no callback of this loop runs again.
+
+        Each pending task's coroutine is closed (creation order), so its
+        ``finally`` blocks run now, once, with every ``env`` call refused, as a
+        trio task's do while it unwinds.
+        """
+        if self._killed:
+            return
+        self._killed = self._dead = True
+        self._ready.clear()
+        self._urgent.clear()
+        self._pick = None
+        for timer in self._scheduled:
+            timer._scheduled = False
+        self._scheduled.clear()
+        sleepers = self._sim._sleepers
+        if sleepers:
+            sleepers.pop(self._driver, None)
+        tasks = [t for _, t in sorted(self._tasks.items())]
+        labels = self._sim._task_labels
+        self._enter()
+        try:
+            for task in tasks:
+                labels[self._driver] = getattr(task, "_dst_label", "") or self._name
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
+                task._log_traceback = False
+                if task.done():
+                    continue
+                coro = task.get_coro()
+                close = getattr(coro, "close", None)
+                if close is None:
+                    continue
+                try:
+                    close()
+                except BaseException:  # a finally that awaited, or was refused
+                    pass
+        finally:
+            self._exit()
+
+    def _retire(self) -> None:
+        """The driver is leaving: the kernel forgets the loop; nothing keeps the run."""
+        sim = self._sim
+        self._dead = True
+        loops = sim._loops
+        if loops is not None:
+            loops.pop(self._driver, None)
+        sleepers = sim._sleepers
+        if sleepers:
+            sleepers.pop(self._driver, None)
+        for _, task in list(self._tasks.items()):
+            task._log_destroy_pending = False  # type: ignore[attr-defined]
+            task._log_traceback = False
+        self._ready.clear()
+        self._scheduled.clear()
+
+
+async def _bridge(loop: SimLoop, fut: _Call, fn: Callable[..., Awaitable[Any]],
+                  args: tuple[Any, ...]) -> None:
+    """One ``env`` call of an asyncio task, made by a trio task of the same process.
+
+    It runs in the run's nursery: whatever ends it when its process crashes or
+    the run stops (``ProcessCrashed``, ``RunStopped``, a cancellation) ends it
+    quietly, as the end of a process's own task would.
+    """
+    sim = loop._sim
+    task = _RUN_CONTEXT.task
+    try:
+        if fut.done() or loop._dead:
+            return  # cancelled before it started
+        fut._bridge = task
+        result = await fn(*args)
+        if fut.done():
+            if isinstance(result, Message):  # taken by a receiver that was cancelled
+                loop._inc.mailbox.appendleft(result)
+                lot = loop._inc._mail_lot
+                if lot is not None:
+                    lot.unpark()
+            return
+        if not loop._dead:
+            fut.set_result(result)
+    except BaseException as exc:
+        if (isinstance(exc, _CallCancelled) or loop._dead or sim._stopping
+                or loop._inc.state is not RUNNING):
+            return  # the caller, the process or the run is gone: nobody waits for it
+        if isinstance(exc, (KeyboardInterrupt, trio.Cancelled)):
+            raise
+        if not fut.done():
+            fut.set_exception(exc)
+    finally:
+        fut._bridge = None
+        fut._sim = None
+        sim._task_labels.pop(task, None)
+        loop._bridges.pop(task, None)
+
+
+# -- the env of an asyncio process ------------------------------------------------
+
+
+class AioStoreHandle(SimStoreHandle):
+    """``env.store`` in an asyncio process: each call a bridge to the trio call."""
+
+    __slots__ = ()
+
+    def _call(self, op: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        loop = _running_loop()
+        if type(loop) is not SimLoop:
+            return fn(self, *args)  # from trio code: the trio call itself
+        return loop.env_call(self._proc, f"{self._name}.{op}", fn, (self, *args))
+
+    async def get(self, key: str) -> Json:
+        return await self._call(f"get({key})", SimStoreHandle.get, key)  # type: ignore[no-any-return]
+
+    async def put(self, key: str, value: Json) -> None:
+        await self._call(f"put({key})", SimStoreHandle.put, key, value)
+
+    async def cas(self, key: str, expected: Json, new: Json) -> bool:
+        return await self._call(f"cas({key})", SimStoreHandle.cas, key, expected, new)  # type: ignore[no-any-return]
+
+    async def delete(self, key: str) -> None:
+        await self._call(f"delete({key})", SimStoreHandle.delete, key)
+
+    async def scan(self, prefix: str) -> list[tuple[str, Json]]:
+        return await self._call(f"scan({prefix})", SimStoreHandle.scan, prefix)  # type: ignore[no-any-return]
+
+
+class AioTransport(SimTransport):
+    """``env.net`` in an asyncio process."""
+
+    __slots__ = ()
+
+    async def send(self, dest: str, body: Json) -> None:
+        loop = _running_loop()
+        if type(loop) is not SimLoop:
+            return await SimTransport.send(self, dest, body)
+        await loop.env_call(self._proc, f"send({dest})", SimTransport.send, (self, dest, body))
+
+    async def recv(self) -> Message:
+        loop = _running_loop()
+        if type(loop) is not SimLoop:
+            return await SimTransport.recv(self)
+        return await loop.env_call(  # type: ignore[no-any-return]
+            self._proc, "recv", SimTransport.recv, (self,))
+
+
+class AioServices(SimServices):
+    """``env.services`` in an asyncio process."""
+
+    __slots__ = ()
+
+    async def call(self, service: str, op: str, request: Json) -> Json:
+        loop = _running_loop()
+        if type(loop) is not SimLoop:
+            return await SimServices.call(self, service, op, request)
+        return await loop.env_call(  # type: ignore[no-any-return]
+            self._proc, f"call:{service}.{op}", SimServices.call, (self, service, op, request))
+
+
+class AioClock:
+    """``env.clock`` in an asyncio process: virtual time; ``sleep`` is asyncio's."""
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    async def sleep(self, seconds: float) -> None:
+        loop = _running_loop()
+        if type(loop) is not SimLoop:
+            await trio.sleep(seconds)
+            return
+        await asyncio.sleep(seconds)
+
+
+_AIO_CLOCK = AioClock()
+
+
+def _asyncio_env(sim: Sim, inc: Incarnation, env: Env) -> Env:
+    stores = {name: AioStoreHandle(sim, sim.stores[name], inc) for name in env.stores}
+    aenv = Env(env.name, _AIO_CLOCK, AioTransport(sim, inc), AioServices(sim, inc), env.rng,
+               stores)
+    sim._envs.append(aenv)
+    return aenv
+
+
+# -- what a blocked asyncio task waits on ---------------------------------------------
+
+_LIBRARY = ("asyncio", "dst.sim", "trio", "outcome")
+
+
+def _is_library(frame: FrameType) -> bool:
+    module = frame.f_globals.get("__name__", "")
+    return any(module == p or module.startswith(p + ".") for p in _LIBRARY)
+
+
+def _describe(task: asyncio.Task[Any]) -> str:
+    """``"asyncio.Event.wait at worker.py:23 in worker"``, or what can be said."""
+    frames: list[FrameType] = []
+    coro: Any = task.get_coro()
+    awaited: Any = None
+    for _ in range(200):
+        if coro is None:
+            break
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None) \
+            or getattr(coro, "ag_frame", None)
+        if frame is not None:
+            frames.append(frame)
+        nxt = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None) \
+            or getattr(coro, "ag_await", None)
+        if nxt is None or not (hasattr(nxt, "cr_frame") or hasattr(nxt, "gi_frame")
+                               or hasattr(nxt, "ag_frame")):
+            awaited = nxt
+            break
+        coro = nxt
+    user: FrameType | None = None
+    lib: FrameType | None = None
+    for frame in frames:
+        if _is_library(frame):
+            if user is not None and not frame.f_code.co_name.startswith("__"):
+                lib = frame
+                break
+            continue
+        user = frame
+    if lib is None and user is None:
+        lib = next((f for f in frames if _is_library(f)), None)  # the task's own function
+    if lib is not None:
+        owner = lib.f_locals.get("self")
+        qual = (f"{type(owner).__name__}.{lib.f_code.co_name}" if owner is not None
+                else lib.f_code.co_name)
+        module = lib.f_globals.get("__name__", "")
+        what = f"{'asyncio' if module.startswith('asyncio') else module}.{qual}"
+    elif awaited is not None:
+        kind = type(awaited).__name__
+        what = "a future" if asyncio.isfuture(awaited) or kind.endswith("FutureIter") \
+            else f"a {kind}"
+    else:
+        what = "an unknown wait"
+    if user is None:
+        return what
+    code = user.f_code
+    return f"{what} at {os.path.basename(code.co_filename)}:{user.f_lineno} in {code.co_name}"
