@@ -75,7 +75,7 @@ from ..trace.model import Trace
 from .findings import BUILT_IN, Bounds, Exploration, Violation, fault_plan
 from .footprint import FOREIGN, ClockTap, Footprint, StepWatch, watch_stores
 from .independence import Independence
-from .memory import Reads, Unreadable, modules_of, modules_state
+from .memory import MET, Reads, Unreadable, modules_of, modules_state
 from .ordering import Ordering
 from .states import process_memory, state_key, task_labels
 from .views import commute_in_process, sharing, views, views_after
@@ -405,9 +405,15 @@ class _Search:
         try:
             memory = process_memory(sim, reads=self.reads)
             label = task_labels(sim)
-            self.modules |= modules_of(t for p in sim.processes.values() for t in p.live.tasks)
-            memory[""] = hashlib.blake2b(modules_state(self.modules, label, self.reads),
-                                         digest_size=16).digest()
+            modules = self.modules
+            modules |= modules_of(t for p in sim.processes.values() for t in p.live.tasks)
+            while True:
+                modules |= MET
+                MET.clear()
+                state = modules_state(modules, label, self.reads)
+                if MET <= modules:  # the globals read reach no module not read yet
+                    break
+            memory[""] = hashlib.blake2b(state, digest_size=16).digest()
             return memory
         except Unreadable as exc:
             # Not a state this search can read: explore on without caching states

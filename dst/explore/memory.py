@@ -36,8 +36,13 @@ exact fingerprint promises does not steer the code under test
 
 from __future__ import annotations
 
+import builtins
 import contextvars
+import dis
+import functools
+import gc
 import io
+import logging
 import os
 import pickle
 import random
@@ -90,7 +95,7 @@ def _token(*parts: Any) -> tuple[Any, ...]:
 
 
 _PLAIN, _TASK, _KERNEL, _FUNCTION, _RNG, _CLASS, _MODULE, _CORO, _FRAME, _SCOPE, _NURSERY, \
-    _LOT, _FIELDS, _VAR = range(14)
+    _LOT, _FIELDS, _VAR, _CACHE = range(15)
 
 #: How objects of each type are written (see ``_kind_of``), found once per type.
 _KINDS: dict[type, int] = {}
@@ -118,7 +123,80 @@ _KIND_TYPES: tuple[tuple[int, Any], ...] = (
     (_MODULE, types.ModuleType), (_CORO, (types.CoroutineType, types.GeneratorType)),
     (_FRAME, (types.TracebackType, types.FrameType)), (_SCOPE, trio.CancelScope),
     (_NURSERY, trio.Nursery), (_LOT, ll.ParkingLot), (_VAR, contextvars.ContextVar),
+    (_CACHE, functools._lru_cache_wrapper),
 )
+
+#: Watched modules the writer met (a module, or a function or class defined in one):
+#: the explorer reads their globals too (:func:`modules_state`).  Cleared by the reader.
+MET: set[str] = set()
+
+#: Public attributes dst's own objects keep (their state is the kernel's part of a
+#: key); any other public attribute on one of them was put there by the code under
+#: test, and is read like any object's.
+_KERNEL_OWN: dict[str, frozenset[str]] = {
+    "SimStore": frozenset({"data", "name", "version"}),
+    "Process": frozenset({"crash_label", "crashable", "idle", "live", "main", "name",
+                          "restart_label", "sim", "store_names"}),
+    "Network": frozenset({"in_flight", "sim"}),
+    "VirtualClock": frozenset({"now", "on_quiescence"}),
+    "RandomWalk": frozenset({"uniform"}),
+}
+
+
+def _user_attributes(obj: Any) -> list[tuple[str, Any]] | None:
+    """The public attributes the code under test put on one of dst's objects."""
+    fields = getattr(obj, "__dict__", None)
+    if not fields:
+        return None
+    t = type(obj)
+    own = _KERNEL_OWN.get(t.__qualname__, frozenset())
+    found = [(k, v) for k, v in fields.items()
+             if not k.startswith("_") and k not in own and not hasattr(t, k)]
+    if t.__qualname__ == "FaultPlan" or not found:
+        return None
+    return sorted(found, key=_by_name)
+
+
+def _cached(cache: Any) -> list[tuple[str, Any]]:
+    """The entries of a ``functools`` cache, by the text of their keys (the order of
+    use is not state the code reads).  The C cache has no API for its entries; the
+    garbage collector's view of it lists them: an unbounded cache's dict of results,
+    or a bounded one's links as (key, result) pairs."""
+    if not cache.cache_info().currsize:
+        return []
+    own = getattr(cache, "__dict__", None)
+    wrapped = getattr(cache, "__wrapped__", None)
+    found: list[Any] = []
+    for ref in gc.get_referents(cache):
+        if ref is own or ref is wrapped or isinstance(ref, type) or type(ref) is object:
+            continue
+        if type(ref) is dict:
+            values = list(ref.values())
+            if values and type(values[0]).__name__ == "_lru_list_elem":
+                continue  # a bounded cache's index: its links are listed one by one
+            if own is None or ref is not own:
+                if cache.cache_parameters().get("maxsize") is None:
+                    return sorted(((repr(k), v) for k, v in ref.items()), key=_by_name)
+        found.append(ref)
+    if len(found) % 2:
+        raise pickle.PicklingError(f"the entries of functools cache {cache.__qualname__} "
+                                   "could not be read")
+    return sorted(((repr(found[i]), found[i + 1]) for i in range(0, len(found), 2)),
+                  key=_by_name)
+
+
+def _in_loop(code: types.CodeType, lasti: int) -> bool:
+    """Whether instruction ``lasti`` of ``code`` is inside a ``for`` loop, whose
+    iterator lives on the interpreter's stack, out of every reader's sight."""
+    ranges = _LOOPS.get(code)
+    if ranges is None:
+        ranges = _LOOPS[code] = tuple(
+            (ins.offset, int(ins.argval)) for ins in dis.get_instructions(code)
+            if ins.opname == "FOR_ITER" and isinstance(ins.argval, int))
+    return any(start < lasti < end for start, end in ranges)
+
+
+_LOOPS: dict[types.CodeType, tuple[tuple[int, int], ...]] = {}
 
 
 class _Writer(pickle.Pickler):
@@ -151,16 +229,30 @@ class _Writer(pickle.Pickler):
             named = _NAMED.get(obj)
             if named is None:
                 named = _NAMED[obj] = (_token, ("class", obj.__module__, obj.__qualname__))
+            if isinstance(obj.__module__, str) and watched(obj.__module__):
+                MET.add(obj.__module__)
+                attrs = class_state(obj)
+                if attrs:  # its class attributes, as pickle's state (cycles are fine)
+                    return (*named, attrs)
             return named
         if kind == _TASK:
             return _token, ("task", self.label(obj))
         if kind == _KERNEL:
+            extra = _user_attributes(obj)
+            if extra:
+                return _token, ("kernel", t.__qualname__, _name_of(obj)), extra
             return _token, ("kernel", t.__qualname__, _name_of(obj))
         if kind == _FUNCTION:
+            module = obj.__module__
+            if isinstance(module, str) and watched(module):
+                MET.add(module)
             if obj.__closure__ is None and "<" not in obj.__qualname__:
-                # By its name: what it holds (defaults, attributes) is its module's,
-                # read with the module (:func:`modules_state`).
-                return _token, ("def", obj.__module__, obj.__qualname__)
+                # By its name, with what it holds: defaults and attributes.
+                held = (obj.__defaults__, obj.__kwdefaults__,
+                        getattr(obj, "__dict__", None) or None)
+                if any(held):
+                    return _token, ("def", module, obj.__qualname__), held
+                return _token, ("def", module, obj.__qualname__)
             if opaque(obj.__module__):
                 return _token, ("kernel", obj.__qualname__)
             cells = tuple(_cell(c) for c in obj.__closure__ or ())
@@ -188,9 +280,21 @@ class _Writer(pickle.Pickler):
                 known = reads[id(obj)] = (obj, (_token, ("rng", hash(obj.getstate()))))
             return known[1]
         if kind == _MODULE:
+            if watched(obj.__name__):
+                MET.add(obj.__name__)
             return _token, ("module", obj.__name__)
         if kind == _CORO:
-            return _token, ("coroutine", frames(_frames_of(obj)))
+            found = _frames_of(obj)
+            if type(obj) is types.GeneratorType and any(
+                    _in_loop(f.f_code, f.f_lasti) for f in found):
+                raise pickle.PicklingError(
+                    f"generator {obj.__qualname__} is suspended in a for loop, whose "
+                    "iterator dst cannot read")
+            return _token, ("coroutine", frames(found))
+        if kind == _CACHE:
+            # A cache's results are memory its callers share (a cached "singleton"
+            # dict changed by one task is seen by every other): read them.
+            return _token, ("cache", obj.__module__, obj.__qualname__), _cached(obj)
         if kind == _FRAME:
             return _token, ("frame",)  # where an exception was raised: never steers code
         if kind == _SCOPE:
@@ -452,11 +556,65 @@ def _reached(name: str) -> tuple[str, ...]:
 _CLASS_CACHES = frozenset({"_abc_impl"})
 
 
+def class_state(cls: type) -> list[tuple[str, Any]]:
+    """What a class holds that code may change: its attributes that are data (not its
+    methods, properties and other descriptors), a method's defaults and attributes,
+    and what the code under test put on an enum's members."""
+    attrs: list[tuple[str, Any]] = []
+    members = getattr(cls, "_member_map_", None)
+    for key, value in sorted(vars(cls).items(), key=_by_name):
+        if (key.startswith("__") and key.endswith("__")) or key in _CLASS_CACHES:
+            continue
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if isinstance(value, types.FunctionType):
+            held = (value.__defaults__, value.__kwdefaults__,
+                    getattr(value, "__dict__", None) or None)
+            if any(held):
+                attrs.append((key, held))
+            continue
+        if isinstance(value, type) or hasattr(type(value), "__get__"):
+            continue  # a nested class (read where it is met), a property, a descriptor
+        if members is not None and key in members:
+            extra = {k: v for k, v in vars(value).items() if k not in _ENUM_OWN}
+            if extra:
+                attrs.append((key, sorted(extra.items())))
+            continue
+        attrs.append((key, value))
+    return attrs
+
+
+_ENUM_OWN = frozenset({"_value_", "_name_", "__objclass__", "_sort_order_", "__init__"})
+
+
+#: Names in ``builtins`` and ``sys`` when dst was imported: any other was put there
+#: by the code under test, and is shared by every task of every process.
+_BASELINE = {m.__name__: frozenset(vars(m)) for m in (builtins, sys)}
+
+
+def _world() -> tuple[Any, ...]:
+    """Process-wide state outside every module the explorer watches that code reads
+    and changes: the environment, loggers' levels, what was put on ``builtins`` and
+    ``sys``."""
+    manager = logging.Logger.manager
+    loggers = sorted((name, lg.level, lg.disabled, lg.propagate)
+                     for name, lg in list(manager.loggerDict.items())
+                     if isinstance(lg, logging.Logger))
+    root = logging.getLogger()
+    extras = tuple(
+        (m.__name__, sorted((k, v) for k, v in vars(m).items()
+                            if k not in _BASELINE[m.__name__]
+                            and not isinstance(v, types.ModuleType)))
+        for m in (builtins, sys))
+    return (sorted(os.environ.items()), (root.level, root.disabled), loggers,
+            manager.disable, extras)
+
+
 def modules_state(names: Iterable[str], label: Callable[[ll.Task], str],
                   reads: Reads | None = None) -> bytes:
-    """The globals of the modules ``names``, written out exactly: every global's value;
-    for each function defined there, its defaults and attributes; for each class
-    defined there, its class attributes (not its methods and descriptors).
+    """The globals of the modules ``names``, written out exactly (a class with its
+    class attributes, a function with its defaults and attributes: see the writer),
+    and the process-wide state of :func:`_world`.
 
     Module globals, class attributes, function attributes and mutable defaults are
     memory every task of every process shares: a step that changes them is
@@ -468,49 +626,9 @@ def modules_state(names: Iterable[str], label: Callable[[ll.Task], str],
         module = sys.modules.get(name)
         if module is None:
             continue
-        values = []
-        extra: list[tuple[str, Any]] = []
-        classes: list[type] = []
-        for key, value in sorted(vars(module).items(), key=_by_name):
-            if key.startswith("__") and key.endswith("__"):
-                continue
-            values.append((key, value))
-            if isinstance(value, types.FunctionType) and value.__module__ == name:
-                held = (value.__defaults__, value.__kwdefaults__,
-                        getattr(value, "__dict__", None) or None)
-                if any(held):
-                    extra.append((key, held))
-            elif isinstance(value, type) and value.__module__ == name:
-                classes.append(value)
-        seen: set[type] = set()
-        while classes:
-            cls = classes.pop()
-            if cls in seen:
-                continue
-            seen.add(cls)
-            attrs: list[tuple[str, Any]] = []
-            for key, value in sorted(vars(cls).items(), key=_by_name):
-                if (key.startswith("__") and key.endswith("__")) or key in _CLASS_CACHES:
-                    continue
-                if isinstance(value, type):
-                    if value.__module__ == name:
-                        classes.append(value)
-                    continue
-                if isinstance(value, (staticmethod, classmethod)):
-                    value = value.__func__
-                if isinstance(value, types.FunctionType):
-                    held = (value.__defaults__, value.__kwdefaults__,
-                            getattr(value, "__dict__", None) or None)
-                    if any(held):
-                        attrs.append((key, held))
-                    continue
-                if hasattr(type(value), "__get__"):
-                    continue  # a property or another descriptor: code, not state
-                attrs.append((key, value))
-            if attrs:
-                extra.append((cls.__qualname__, attrs))
-        entries.append((name, values, sorted(extra, key=_by_name)))
-    return write(tuple(entries), label, reads=reads)
+        entries.append((name, [(k, v) for k, v in sorted(vars(module).items(), key=_by_name)
+                               if not (k.startswith("__") and k.endswith("__"))]))
+    return write((tuple(entries), _world()), label, reads=reads)
 
 
 def shared_objects(value: Any) -> dict[int, int]:

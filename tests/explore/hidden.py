@@ -14,10 +14,15 @@ dict two *processes* share.
 
 from __future__ import annotations
 
+import builtins
 import contextvars
+import enum
+import functools
 import importlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import trio
@@ -27,7 +32,9 @@ from dst import Env, FaultPlan, Scenario, Sim
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mods"))
 
 KINDS = ("global", "class_attr", "func_attr", "default_arg", "contextvar", "named",
-         "getstate", "loggingbox", "plainbox", "processes")
+         "getstate", "loggingbox", "plainbox", "processes", "cache", "local_class",
+         "local_module", "environ", "logger", "store_attr", "enum_attr", "builtins",
+         "sys_attr", "generator")
 
 COUNT = 0
 
@@ -45,6 +52,20 @@ bump.count = 0  # type: ignore[attr-defined]
 
 def tally(box: list[int] = [0]) -> list[int]:  # noqa: B006 - the shared default is the point
     return box
+
+
+@functools.cache
+def session() -> dict[str, int]:
+    return {"count": 0}
+
+
+class Mode(enum.Enum):
+    A = 1
+
+
+def stepper() -> Iterator[int]:
+    for _ in (None, None):
+        yield 0
 
 
 SHARED: contextvars.ContextVar[dict[str, int]] = contextvars.ContextVar("shared")
@@ -67,6 +88,12 @@ def reset() -> None:
     Holder.count = 0
     bump.count = 0  # type: ignore[attr-defined]
     tally()[0] = 0
+    session.cache_clear()
+    os.environ["DST_HIDDEN"] = "0"
+    logging.getLogger("dst.hidden").setLevel(logging.INFO)
+    Mode.A.box = [0]  # type: ignore[attr-defined]
+    builtins.DST_HIDDEN = 0  # type: ignore[attr-defined]
+    sys.dst_hidden = {"count": 0}  # type: ignore[attr-defined]
 
 
 def build(kind: str) -> Scenario:
@@ -81,6 +108,14 @@ def build(kind: str) -> Scenario:
         named = {"count": 0}
         hidden = Hidden()
         box = importlib.import_module(kind).Box() if kind.endswith("box") else None
+
+        class Local:
+            count = 0
+
+        hmod = importlib.import_module("hmod")
+        hmod.COUNT = 0
+        gen = stepper() if kind == "generator" else iter((0, 0))
+        next(gen)
 
         def read() -> int:
             if kind == "global":
@@ -97,6 +132,26 @@ def build(kind: str) -> Scenario:
                 return named["count"]
             if kind == "getstate":
                 return hidden.count
+            if kind == "cache":
+                return session()["count"]
+            if kind == "local_class":
+                return Local.count
+            if kind == "local_module":
+                return int(hmod.COUNT)
+            if kind == "environ":
+                return int(os.environ["DST_HIDDEN"])
+            if kind == "logger":
+                return int(logging.getLogger("dst.hidden").level == logging.DEBUG)
+            if kind == "store_attr":
+                return int(getattr(db, "flag", 0))
+            if kind == "enum_attr":
+                return int(Mode.A.box[0])  # type: ignore[attr-defined]
+            if kind == "builtins":
+                return int(builtins.DST_HIDDEN)  # type: ignore[attr-defined]
+            if kind == "sys_attr":
+                return int(sys.dst_hidden["count"])  # type: ignore[attr-defined]
+            if kind == "generator":
+                return next(gen, 1)
             assert box is not None
             return int(box.value)
 
@@ -116,6 +171,26 @@ def build(kind: str) -> Scenario:
                 named["count"] = value
             elif kind == "getstate":
                 hidden.count = value
+            elif kind == "cache":
+                session()["count"] = value
+            elif kind == "local_class":
+                Local.count = value
+            elif kind == "local_module":
+                hmod.COUNT = value
+            elif kind == "environ":
+                os.environ["DST_HIDDEN"] = str(value)
+            elif kind == "logger":
+                logging.getLogger("dst.hidden").setLevel(logging.DEBUG)
+            elif kind == "store_attr":
+                db.flag = value  # type: ignore[attr-defined]
+            elif kind == "enum_attr":
+                Mode.A.box[0] = value  # type: ignore[attr-defined]
+            elif kind == "builtins":
+                builtins.DST_HIDDEN = value  # type: ignore[attr-defined]
+            elif kind == "sys_attr":
+                sys.dst_hidden["count"] = value  # type: ignore[attr-defined]
+            elif kind == "generator":
+                next(gen, None)
             else:
                 assert box is not None
                 box.value = value

@@ -33,7 +33,12 @@ def test_reduced_search_agrees_with_plain_search_on_hidden_shared_state(kind: st
     plain = explore(scenario, config, BOUNDS, por=False, prune_states=False)
     assert plain.proof and "ReaderSawNoWrite" in plain.violations
     assert reduced.proof and shortest(reduced) == shortest(plain)
-    assert reduced.no_reduction is None and reduced.no_pruning is None
+    if kind == "generator":
+        # Where a generator stands in a for loop is on the interpreter's stack, which
+        # nothing can read: no step is taken as independent, and the summary says why.
+        assert "for loop" in (reduced.no_reduction or "")
+    else:
+        assert reduced.no_reduction is None and reduced.no_pruning is None
 
 
 @pytest.mark.parametrize("kind", ["getstate", "loggingbox", "global", "class_attr"])
