@@ -35,10 +35,10 @@ def _decisions(result: Any) -> list[list[str]]:
 
 
 def _violation(result: Any) -> str:
-    return next(r["message"] for r in result.trace().records if r["type"] == "violation")
+    return str(next(r["message"] for r in result.trace().records if r["type"] == "violation"))
 
 
-# -- unmodified asyncio code ---------------------------------------------------------------
+# -- unmodified asyncio code ------------------------------------------------------------------
 
 
 async def _everything(env: Env) -> None:
@@ -151,7 +151,7 @@ def test_a_trio_process_sees_no_asyncio_loop() -> None:
     assert sorted(seen) == ["asyncio", "no loop", "trio", "trio"]
 
 
-# -- choices --------------------------------------------------------------------------------
+# -- choices ----------------------------------------------------------------------------------
 
 
 async def _two_writers(env: Env) -> None:
@@ -256,7 +256,7 @@ def test_a_cancelled_receive_leaves_the_message_in_the_mailbox() -> None:
     assert [e for _, e, _ in events(result)] == ["gave up", "received"]
 
 
-# -- trio and asyncio together ------------------------------------------------------------------
+# -- trio and asyncio together ----------------------------------------------------------------
 
 
 async def _asyncio_server(env: Env) -> None:
@@ -293,7 +293,7 @@ def test_a_trio_process_and_an_asyncio_process_exchange_messages() -> None:
     assert any(r.sim.stores["db"].peek("got/ping") is None for r in lossy)
 
 
-# -- replay and determinism ---------------------------------------------------------------------
+# -- replay and determinism -------------------------------------------------------------------
 
 
 def test_replay_is_byte_identical_on_asyncio_runs() -> None:
@@ -367,7 +367,7 @@ def test_check_determinism_holds_on_asyncio_runs(tmp_path: Path) -> None:
     assert "40 of 40 seeds replayed identically" in result.output
 
 
-# -- crashes ----------------------------------------------------------------------------------------
+# -- crashes ----------------------------------------------------------------------------------
 
 
 async def _crashy(env: Env) -> None:
@@ -406,7 +406,8 @@ def test_a_crash_kills_every_asyncio_task_of_the_incarnation() -> None:
         if ("crash", "") not in faults:
             continue
         crashed += 1
-        at = next(i for i, r in enumerate(records) if r["type"] == "fault" and r["fault"] == "crash")
+        at = next(i for i, r in enumerate(records)
+                  if r["type"] == "fault" and r["fault"] == "crash")
         step = records[at]["step"]
         # At the crash, each started task's coroutine is closed once (its finally runs,
         # its call refused); no callback of the dead incarnation's loop runs after that.
@@ -421,7 +422,7 @@ def test_a_crash_kills_every_asyncio_task_of_the_incarnation() -> None:
     assert crashed > 10
 
 
-# -- findings -----------------------------------------------------------------------------------------
+# -- findings ---------------------------------------------------------------------------------
 
 
 def _run(main: Any, **kw: Any) -> Any:
@@ -467,7 +468,7 @@ def test_exceptions_nobody_sees_are_uncaught_errors() -> None:
             await asyncio.sleep(0)
             raise ValueError("nobody awaits me")
 
-        asyncio.create_task(fails())
+        asyncio.create_task(fails())  # noqa: RUF006 - the bug: nobody keeps or awaits it
         await asyncio.sleep(1)
         await env.store.put("after", 1)
 
@@ -541,7 +542,9 @@ def test_asyncio_runs_leave_nothing_behind() -> None:
 
         task = asyncio.create_task(forever())
         await asyncio.sleep(1)
-        log.info("names", main=asyncio.current_task().get_name(), other=task.get_name(),
+        current = asyncio.current_task()
+        assert current is not None
+        log.info("names", main=current.get_name(), other=task.get_name(),
                  hash=hash(task))
 
     def setup(sim: Sim, config: dict[str, Any]) -> None:
@@ -552,3 +555,91 @@ def test_asyncio_runs_leave_nothing_behind() -> None:
     assert {tuple(map(str, events(r))) for r in results} == {tuple(map(str, events(results[0])))}
     assert [e for _, e, _ in events(results[0])] == ["names", "cancelled at the end"]
     assert events(results[0])[0][2] == {"main": "p", "other": "forever", "hash": 2}
+
+
+# -- streams over the simulated network -------------------------------------------------------
+
+
+async def _line_server(env: Env) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                log.info("server got", line=line.decode().strip())
+                writer.write(line.upper())
+                await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+        except ConnectionError:
+            log.info("client went away")
+
+    server = await asyncio.start_server(handle, None, 8080)
+    assert server.sockets and server.is_serving()
+    async with server:
+        await server.serve_forever()
+
+
+async def _connect_with_retries(open_it: Any) -> Any:
+    while True:
+        try:
+            return await open_it()
+        except OSError:
+            await asyncio.sleep(1) if sniffio.current_async_library() == "asyncio" \
+                else await trio.sleep(1)
+
+
+async def _asyncio_line_client(env: Env) -> None:
+    reader, writer = await _connect_with_retries(
+        lambda: asyncio.open_connection("server", 8080))
+    assert writer.get_extra_info("peername")[1] == 8080
+    try:
+        for word in ("ping", "pong"):
+            writer.write(word.encode() + b"\n")
+            await writer.drain()
+            reply = await reader.readline()
+            await env.store.put(f"asyncio/{word}", reply.decode().strip())
+        writer.close()
+        await writer.wait_closed()
+    except ConnectionError as exc:
+        log.info("connection broke", error=type(exc).__name__)
+
+
+async def _trio_line_client(env: Env) -> None:
+    stream = await _connect_with_retries(lambda: trio.open_tcp_stream("server", 8080))
+    try:
+        async with stream:
+            await stream.send_all(b"trio\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = await stream.receive_some(100)
+                if not chunk:
+                    break
+                data += chunk
+            await env.store.put("trio/trio", data.decode().strip())
+    except trio.BrokenResourceError:
+        log.info("connection broke")
+
+
+def _streams(sim: Sim, config: dict[str, Any]) -> Any:
+    db = sim.store("db")
+    sim.process("server", _line_server, runtime="asyncio", idle=True, crashable=False)
+    sim.process("aclient", _asyncio_line_client, stores=["db"], runtime="asyncio")
+    sim.process("tclient", _trio_line_client, stores=["db"])
+    return db
+
+
+def test_asyncio_streams_over_the_simulated_network() -> None:
+    results = many(inline(_streams), range(150))
+    assert {(r.verdict, r.ended) for r in results} == {("pass", "quiescent")}
+    for r in results:
+        assert dict(r.sim.stores["db"].scan("")) == {
+            "asyncio/ping": "PING", "asyncio/pong": "PONG", "trio/trio": "TRIO"}
+    labels = {label for r in results for d in _decisions(r) for label in d}
+    assert {"aclient@tcp.connect(server:8080)", "server/accept-8080@tcp.accept(8080)"} <= labels
+    assert any(label.startswith("server/c1@tcp.recv(c1") for label in labels)
+
+    broken = many(inline(_streams, faults=FaultPlan(max_resets=1)), range(150))
+    assert {r.verdict for r in broken} == {"pass"}
+    assert any(len(dict(r.sim.stores["db"].scan(""))) < 3 for r in broken)
+    assert all(r.trace().text() == t.trace().text() for r, t in zip(
+        broken[:20], many(inline(_streams, faults=FaultPlan(max_resets=1)), range(20)),
+        strict=True))
