@@ -206,8 +206,12 @@ class SimLoop(asyncio.BaseEventLoop):
         #: Exceptions nobody will see, found outside the loop's callbacks (a task's
         #: finalizer run by the kernel): reported by the driver when it next runs.
         self._unseen: list[tuple[str, BaseException]] = []
-        #: The bridges alive, in the order they started.
+        #: The trio tasks of the loop alive (bridges, readers...), in the order they started.
         self._bridges: dict[ll.Task, None] = {}
+        #: Bridges waiting for a call, and the call handed to each bridge.
+        self._pool: list[ll.Task] = []
+        self._requests: dict[ll.Task, tuple[_Call, Callable[..., Awaitable[Any]],
+                                            tuple[Any, ...]]] = {}
         #: True while the driver waits for a timer or a wake-up (``_wait``).
         self._idle = False
         self._closing = False
@@ -392,8 +396,31 @@ class SimLoop(asyncio.BaseEventLoop):
         fut._sim = sim
         current = asyncio.current_task(self)
         label = getattr(current, "_dst_label", "") or self._name
-        self._spawn(_bridge, (self, fut, fn, args), label)
+        pool = self._pool
+        if pool:
+            # A bridge of the pool makes the call: it goes on at once, as a trio task's
+            # own call would (the wake-up is this step's, not a new choice point).
+            bridge = pool.pop()
+            self._requests[bridge] = (fut, fn, args)
+            inc.tasks.add(bridge)
+            sim._task_labels[bridge] = label
+            trio_internals.wake(bridge)
+        else:
+            bridge = self._spawn(_bridge, (self,), label)
+            self._requests[bridge] = (fut, fn, args)
         return fut
+
+    def _drain_pool(self) -> None:
+        """End the bridges waiting in the pool (the process is over)."""
+        pool, self._pool = self._pool, []
+        sim = self._sim
+        releasing, sim._releasing = sim._releasing, True  # no new choice point
+        try:
+            for bridge in pool:
+                if trio_internals.is_blocked(bridge):
+                    trio_internals.interrupt(bridge, _Retired())
+        finally:
+            sim._releasing = releasing
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], args: tuple[Any, ...],
                label: str) -> ll.Task:
@@ -768,6 +795,7 @@ class SimLoop(asyncio.BaseEventLoop):
         parked = self._sim._parked
         for bridge in self._bridges:
             parked.pop(bridge, None)
+        self._drain_pool()
 
     def pick(self, handle: events.Handle) -> None:
         """The kernel chose ``handle`` to run next: let the held driver go."""
@@ -840,6 +868,7 @@ class SimLoop(asyncio.BaseEventLoop):
             task._log_traceback = False
         self._ready.clear()
         self._scheduled.clear()
+        self._drain_pool()
 
 
 class _StreamTransport(asyncio.Transport):
@@ -1123,19 +1152,54 @@ def _forget(loop: SimLoop) -> None:
     loop._sim._task_labels.pop(task, None)
 
 
-async def _bridge(loop: SimLoop, fut: _Call, fn: Callable[..., Awaitable[Any]],
-                  args: tuple[Any, ...]) -> None:
-    """One ``env`` call of an asyncio task, made by a trio task of the same process.
+async def _bridge(loop: SimLoop) -> None:
+    """``env`` calls of the loop's asyncio tasks, made by a trio task of the same process.
 
-    It runs in the run's nursery: whatever ends it when its process crashes or
-    the run stops (``ProcessCrashed``, ``RunStopped``, a cancellation) ends it
-    quietly, as the end of a process's own task would.
+    Between two calls it waits, out of its incarnation's tasks, in the loop's
+    pool (``SimLoop.env_call`` hands it the next one).  It runs in the run's
+    nursery: whatever ends it when its process crashes or exits or the run stops
+    (``ProcessCrashed``, ``RunStopped``, a cancellation) ends it quietly, as the
+    end of a process's own task would.
     """
-    sim = loop._sim
+    sim, inc = loop._sim, loop._inc
     task = _RUN_CONTEXT.task
+    requests = loop._requests
+
+    def abort(_: object) -> ll.Abort:
+        if task in loop._pool:
+            loop._pool.remove(task)
+        return ll.Abort.SUCCEEDED
+
+    try:
+        while True:
+            fut, fn, args = requests.pop(task)
+            if not await _call_once(loop, task, fut, fn, args):
+                return
+            # Its call is answered: it waits in the pool for the next one, which is
+            # no wait of the process's (a Deadlock never names it).
+            inc.tasks.discard(task)
+            sim._task_labels.pop(task, None)
+            loop._pool.append(task)
+            await trio_internals.park(abort)
+    except _Retired:
+        return
+    except BaseException:
+        if loop._dead or sim._stopping or inc.state is not RUNNING:
+            return
+        raise
+    finally:
+        requests.pop(task, None)
+        sim._task_labels.pop(task, None)
+        loop._bridges.pop(task, None)
+
+
+async def _call_once(loop: SimLoop, task: ll.Task, fut: _Call,
+                     fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> bool:
+    """Make one call and resolve ``fut``; False when the bridge is to end."""
+    sim = loop._sim
     try:
         if fut.done() or loop._dead:
-            return  # cancelled before it started
+            return not loop._dead  # cancelled before it started
         fut._bridge = task
         result = await fn(*args)
         if fut.done():
@@ -1144,13 +1208,13 @@ async def _bridge(loop: SimLoop, fut: _Call, fn: Callable[..., Awaitable[Any]],
                 lot = loop._inc._mail_lot
                 if lot is not None:
                     lot.unpark()
-            return
-        if not loop._dead:
+        elif not loop._dead:
             fut.set_result(result)
     except BaseException as exc:
-        if (isinstance(exc, _CallCancelled) or loop._dead or sim._stopping
-                or loop._inc.state is not RUNNING):
-            return  # the caller, the process or the run is gone: nobody waits for it
+        if loop._dead or sim._stopping or loop._inc.state is not RUNNING:
+            return False  # the process or the run is gone: nobody waits for it
+        if isinstance(exc, _CallCancelled):
+            return True
         if isinstance(exc, (KeyboardInterrupt, trio.Cancelled)):
             raise
         if not fut.done():
@@ -1158,8 +1222,11 @@ async def _bridge(loop: SimLoop, fut: _Call, fn: Callable[..., Awaitable[Any]],
     finally:
         fut._bridge = None
         fut._sim = None
-        sim._task_labels.pop(task, None)
-        loop._bridges.pop(task, None)
+    return not loop._dead
+
+
+class _Retired(BaseException):
+    """Ends a bridge waiting in its loop's pool (the loop is over)."""
 
 
 # -- the env of an asyncio process ------------------------------------------------
