@@ -643,3 +643,17 @@ def test_asyncio_streams_over_the_simulated_network() -> None:
     assert all(r.trace().text() == t.trace().text() for r, t in zip(
         broken[:20], many(inline(_streams, faults=FaultPlan(max_resets=1)), range(20)),
         strict=True))
+
+
+def test_the_documented_asyncio_example_runs(tmp_path: Path) -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "scenarios.md"
+    section = page.read_text(encoding="utf-8").split("## asyncio code", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    source = tmp_path / "agent_aio.py"
+    source.write_text(block, encoding="utf-8")
+    scenario = load(str(source))
+    results: list[Any] = []
+    run_seeds(scenario, scenario.default_config(), range(50), results.append)
+    assert {(r.verdict, r.ended) for r in results} == {("pass", "quiescent")}
+    labels = {label for r in results for d in _decisions(r) for label in d}
+    assert "agent/order-a:call@call:supplier.order" in labels

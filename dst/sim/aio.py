@@ -246,14 +246,21 @@ class SimLoop(asyncio.BaseEventLoop):
             label = self._name
             name = self._name if name is None else name
         else:
-            if name is None:
+            if name is not None:
+                label = self._label(f"{self._name}/{name}")
+            else:
                 qual = getattr(coro, "__qualname__", None)
                 base = qual.rsplit(".", 1)[-1] if isinstance(qual, str) else "task"
-            else:
-                base = str(name)
-            label = self._label(f"{self._name}/{base}")
-            if name is None:
-                name = label[len(self._name) + 1:]
+                if getattr(coro, "cr_code", None) in _ENV_CODES:
+                    # An env call wrapped in a task of its own (``wait_for``, ``gather``,
+                    # ``shield``): named after the task that made it.
+                    current = asyncio.current_task(self)
+                    owner = getattr(current, "_dst_label", "") or self._name
+                    label = self._label(f"{owner}:{base}")
+                else:
+                    label = self._label(f"{self._name}/{base}")
+                name = label[len(self._name) + 1:] if label.startswith(self._name + "/") \
+                    else label
         task = SimTask(coro, loop=self, name=name, context=context)
         self._made += 1
         task._dst_seq = self._made
@@ -1306,6 +1313,14 @@ class AioClock:
 
 
 _AIO_CLOCK = AioClock()
+
+#: The code of the ``env`` methods of an asyncio process (see ``SimLoop.create_task``).
+_ENV_CODES = frozenset(
+    getattr(cls, name).__code__
+    for cls, names in ((AioStoreHandle, ("get", "put", "cas", "delete", "scan")),
+                       (AioTransport, ("send", "recv")), (AioServices, ("call",)),
+                       (AioClock, ("sleep",)))
+    for name in names)
 
 
 def _asyncio_env(sim: Sim, inc: Incarnation, env: Env) -> Env:
