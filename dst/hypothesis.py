@@ -46,7 +46,7 @@ from typing import Any
 from hypothesis import note
 from hypothesis import strategies as st
 
-from .registry import is_shipped, load
+from .registry import caller_file, is_shipped, load, near, shown_path
 from .runner.single import RunResult, run_one
 from .scenario import Scenario
 from .trace.codec import write_trace
@@ -127,10 +127,15 @@ def runs(scenario: Scenario | str, config: Mapping[str, Any] | None = None, *,
     """A Hypothesis strategy of whole runs of ``scenario`` (a Scenario, a name or a file).
 
     ``config`` and keyword ``switches`` set switches (typed values, as in a
-    trace header); the rest keep their defaults.
+    trace header); the rest keep their defaults.  A relative file is looked for
+    beside the file that calls ``runs`` (the test), then in the working directory.
     """
+    if isinstance(scenario, str):
+        scenario = near(scenario, caller_file())
     scen = load(scenario) if isinstance(scenario, str) else scenario
     ref = scenario if isinstance(scenario, str) else _file_of(scen)
+    if ref is not None and ref.endswith(".py"):
+        ref = shown_path(ref)  # the --scenario of a replay line: short when it can be
     cfg = scen.checked_config({**dict(config or {}), **switches})
     where = Path(out) if out is not None else DEFAULT_OUT
     shipped_name = is_shipped(scen.name) and (ref is None or ref == scen.name)

@@ -11,7 +11,9 @@ with ``dst pin`` gets them replayed by a plain ``pytest``:
   still apply, must pass: the way to confirm a fix before removing its pin.
 - ``@pytest.mark.dst("counter", seeds=200, cas=True)`` runs the seeds before the
   test body (:func:`dst.testing.check_seeds`); the test fails at the first seed
-  that breaks a check, with its story and replay command.
+  that breaks a check, with its story and replay command.  A scenario file
+  (``"bank.py"``) is looked for beside the test's file, then in the working
+  directory, so the test passes from wherever pytest runs.
 
 Pinned traces are added when pytest collects its default paths (no path given on
 the command line), and whenever a path given reaches one (``pytest
@@ -129,6 +131,10 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         pytest.fail(f"{item.nodeid}: @pytest.mark.dst takes a scenario, then keywords "
                     "(seeds=..., config=..., switch=value): @pytest.mark.dst('counter', "
                     "seeds=200)", pytrace=False)
+    if isinstance(scenario, str):  # a file beside the test's own file, else in the cwd
+        from dst.registry import near
+
+        scenario = near(scenario, item.path)
     try:
         check_seeds(scenario, **kwargs)
         failure = None

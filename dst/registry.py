@@ -12,6 +12,7 @@ import sys
 import sysconfig
 import traceback
 from pathlib import Path
+from types import FrameType
 
 import trio
 
@@ -150,6 +151,35 @@ def _from_file(ref: str) -> Scenario:
 
 def is_shipped(ref: str) -> bool:
     return ref in shipped()
+
+
+#: dst's own package: frames here are not the caller that named a scenario.
+_DST_DIR = str(Path(__file__).resolve().parent) + os.sep
+
+
+def caller_file() -> str | None:
+    """The file of the innermost frame outside dst: the test that named a scenario."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith("<") and not str(Path(name).resolve()).startswith(_DST_DIR):
+            return name
+        frame = frame.f_back
+    return None
+
+
+def near(ref: str, anchor: str | os.PathLike[str] | None) -> str:
+    """A scenario file ``ref`` found beside ``anchor`` (the test file that names it), else
+    ``ref`` as it is (relative to the working directory, as on the command line).
+
+    Only a relative ``.py`` path is looked up so; a shipped name, a module or an
+    absolute path is returned unchanged.  A file found beside the anchor is
+    returned as an absolute path (:func:`shown_path` shortens it for a message).
+    """
+    if anchor is None or not ref.endswith(".py") or os.path.isabs(ref):
+        return ref
+    beside = Path(os.path.abspath(anchor)).parent / ref
+    return os.path.normpath(beside) if beside.is_file() else ref
 
 
 def load(ref: str) -> Scenario:

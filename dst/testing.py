@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DivergenceError, DstError, UsageError
-from .registry import is_shipped, load
+from .registry import caller_file, is_shipped, load, near, shown_path
 from .runner.single import RunResult, replay_trace, run_seeds
 from .scenario import Scenario
 from .trace.codec import read_trace, write_trace
@@ -107,13 +107,16 @@ def check_seeds(
     """Run ``seeds`` of ``scenario``; raise ``AssertionError`` at the first that breaks a check.
 
     ``scenario`` is a shipped name, a ``.py`` file, a module, or a
-    :class:`~dst.Scenario`; ``seeds`` a count (``200`` is seeds 0..199) or any
-    seeds.  ``config`` and keyword ``switches`` set switches with typed values
-    (``cas=False``), checked as a trace header's are; the rest keep their
-    defaults.  The failing seed's trace is written under ``out``
-    (``traces/failures/`` by default) before the error is raised, and the
-    message ends with the command that replays it.
+    :class:`~dst.Scenario`; a relative file is looked for beside the file that
+    calls ``check_seeds`` (the test), then in the working directory.  ``seeds``
+    is a count (``200`` is seeds 0..199) or any seeds.  ``config`` and keyword
+    ``switches`` set switches with typed values (``cas=False``), checked as a
+    trace header's are; the rest keep their defaults.  The failing seed's trace
+    is written under ``out`` (``traces/failures/`` by default) before the error
+    is raised, and the message ends with the command that replays it.
     """
+    if isinstance(scenario, str):  # a file beside the calling test, else in the cwd
+        scenario = near(scenario, caller_file())
     scen, ref = _resolve(scenario)
     cfg = scen.checked_config({**dict(config or {}), **switches})
     todo = range(seeds) if isinstance(seeds, int) else seeds
@@ -176,7 +179,9 @@ def _config_text(config: Mapping[str, Any]) -> str:
 def _resolve(scenario: Scenario | str) -> tuple[Scenario, str | None]:
     """The scenario, and how ``dst replay --scenario`` finds it (None: a shipped name)."""
     if isinstance(scenario, str):
-        return load(scenario), None if is_shipped(scenario) else scenario
+        if is_shipped(scenario):
+            return load(scenario), None
+        return load(scenario), shown_path(scenario) if scenario.endswith(".py") else scenario
     if is_shipped(scenario.name) and load(scenario.name) is scenario:
         return scenario, None
     for module in list(sys.modules.values()):
