@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sniffio
 import structlog
 import trio
@@ -657,3 +658,52 @@ def test_the_documented_asyncio_example_runs(tmp_path: Path) -> None:
     assert {(r.verdict, r.ended) for r in results} == {("pass", "quiescent")}
     labels = {label for r in results for d in _decisions(r) for label in d}
     assert "agent/order-a:call@call:supplier.order" in labels
+
+
+def test_a_pydantic_ai_agent_runs_on_the_loop() -> None:
+    """A real asyncio framework (anyio task groups, tool calls) on dst's loop.
+
+    Run with the guard off: pydantic-ai reads the clock and ``os.urandom`` itself (its
+    uuid7 run ids, message timestamps), which the guard refuses until it virtualises
+    installed libraries' reads.
+    """
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from dst.runner.single import _result
+    from dst.sim.kernel import Sim as Kernel
+    from dst.sim.run import run_sims
+    from dst.sim.strategy import RandomWalk
+
+    async def model(messages: Any, info: Any) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("ordered")])
+        return ModelResponse(parts=[ToolCallPart("place_order", {"sku": "widget"})])
+
+    async def agent_main(env: Env) -> None:
+        agent: Agent[None, str] = Agent(FunctionModel(model))
+
+        @agent.tool_plain
+        async def place_order(sku: str) -> str:
+            return str(await env.services.call("supplier", "order", {"sku": sku}))
+
+        result = await agent.run("order a widget")
+        await env.store.put("done", result.output)
+
+    def setup(sim: Sim, config: dict[str, Any]) -> None:
+        sim.store("db")
+        sim.service("supplier", lambda op, request: {"ok": True})
+        sim.process("agent", agent_main, stores=["db"], runtime="asyncio")
+
+    scenario = inline(setup)
+    results: list[Any] = []
+    run_sims(((Kernel(seed, RandomWalk(seed)), lambda sim: scenario.build(sim, {}))
+              for seed in range(20)),
+             lambda sim: results.append(_result(scenario, {}, sim)), guarded=False)
+    assert {(r.verdict, r.ended) for r in results} == {("pass", "quiescent")}, [
+        _violation(r) for r in results if r.violated][:1]
+    assert all(r.sim.stores["db"].peek("done") == "ordered" for r in results)
+    labels = {label for r in results for d in _decisions(r) for label in d}
+    assert "agent/place_order@call:supplier.order" in labels

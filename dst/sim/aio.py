@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import functools
 import heapq
 import math
@@ -72,6 +73,8 @@ if TYPE_CHECKING:
 
 _running_loop = events._get_running_loop
 _set_running_loop = events._set_running_loop
+_enter_task = asyncio.tasks._enter_task
+_leave_task = asyncio.tasks._leave_task
 
 
 def asyncio_main(main: Callable[[Env], Awaitable[object]]) -> Callable[[Env], Awaitable[object]]:
@@ -109,6 +112,7 @@ class SimTask(asyncio.Task):  # type: ignore[type-arg]
 
     _dst_seq = 0
     _dst_label = ""
+    _dst_context: contextvars.Context | None = None
 
     def __hash__(self) -> int:
         return self._dst_seq
@@ -119,7 +123,7 @@ class SimTask(asyncio.Task):  # type: ignore[type-arg]
         super().set_name(value)
         loop = self.get_loop()
         if isinstance(loop, SimLoop) and self is not loop._main:
-            self._dst_label = loop._relabel(self._dst_label, str(value))
+            self._dst_label = loop._relabel(self._dst_label, _short(str(value)))
 
 
 class SimFuture(asyncio.Future):  # type: ignore[type-arg]
@@ -159,6 +163,14 @@ class _Named:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+def _short(name: str) -> str:
+    """A task name made of a qualified function name (anyio names its tasks so:
+    ``pkg.module.func.<locals>._run``) labels it by the function's own name."""
+    if "." in name and " " not in name:
+        return name.rsplit(".", 1)[-1] or name
+    return name
 
 
 def _callable_name(callback: Any) -> str:
@@ -247,7 +259,7 @@ class SimLoop(asyncio.BaseEventLoop):
             name = self._name if name is None else name
         else:
             if name is not None:
-                label = self._label(f"{self._name}/{name}")
+                label = self._label(f"{self._name}/{_short(str(name))}")
             else:
                 qual = getattr(coro, "__qualname__", None)
                 base = qual.rsplit(".", 1)[-1] if isinstance(qual, str) else "task"
@@ -261,7 +273,10 @@ class SimLoop(asyncio.BaseEventLoop):
                     label = self._label(f"{self._name}/{base}")
                 name = label[len(self._name) + 1:] if label.startswith(self._name + "/") \
                     else label
+        if context is None:
+            context = contextvars.copy_context()  # what the task would copy; kept for _kill
         task = SimTask(coro, loop=self, name=name, context=context)
+        task._dst_context = context
         self._made += 1
         task._dst_seq = self._made
         task._dst_label = label
@@ -853,10 +868,22 @@ class SimLoop(asyncio.BaseEventLoop):
                 close = getattr(coro, "close", None)
                 if close is None:
                     continue
+                # Closed as if in a step of its own task (its context, the current task),
+                # as what its finally blocks call may ask (anyio's cancel scopes do).
+                context = getattr(task, "_dst_context", None)
+                entered = False
                 try:
-                    close()
+                    _enter_task(self, task)
+                    entered = True
+                    if context is not None:
+                        context.run(close)
+                    else:
+                        close()
                 except BaseException:  # a finally that awaited, or was refused
                     pass
+                finally:
+                    if entered:
+                        _leave_task(self, task)
         finally:
             self._exit()
 
