@@ -365,7 +365,12 @@ def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> 
 @click.option("--verbose", "-v", is_flag=True, help="Also show the scheduler's decisions.")
 @click.option("-o", "output", type=click.Path(dir_okay=False), default=None,
               help="Write to this file instead of stdout.")
-def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None) -> None:
+@click.option("--scenario", "scenario_ref", default=None, metavar="REF",
+              help="Where the trace's scenario lives, for the replay command of markdown "
+                   "and html: a .py file or a module (default: its pin's, else the file "
+                   "the trace header records).")
+def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None,
+                 scenario_ref: str | None = None) -> None:
     """Print TRACE as a timeline: step, virtual time, actor, what happened.
 
     Everything the trace says is shown escaped (control characters visibly,
@@ -376,6 +381,7 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None) -
       dst show traces/failures/counter-3.jsonl --format markdown
       dst show traces/failures/counter-3.jsonl --format html -o counter-3.html
       dst show traces/failures/counter-3.jsonl --format perfetto -o counter-3.json
+      dst show traces/failures/bank-3.jsonl --format markdown --scenario bank.py
     """
     from .testing import replay_command
     from .trace.html import render_html
@@ -398,14 +404,22 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None) -
             _die(UsageError(f"cannot write -o {output}: {problem}"))
     try:
         trace = read_trace(trace_path)
+        if scenario_ref is not None:  # the replay command must run: REF defines the scenario
+            from .registry import load
+
+            name = load(scenario_ref).name
+            if name != trace.header["scenario"]:
+                raise UsageError(f"{scenario_ref} defines scenario {name!r}, but "
+                                 f"{trace_path} is a trace of {trace.header['scenario']!r}")
     except DstError as err:
         _die(err)
     if fmt == "html":
-        text = render_html(trace, replay=replay_command(trace_path, trace))
+        text = render_html(trace, replay=replay_command(trace_path, trace, scenario_ref))
     elif fmt == "perfetto":
         text = render_perfetto(trace)
     elif fmt == "markdown":
-        text = render_markdown(trace, verbose=verbose, replay=replay_command(trace_path, trace))
+        text = render_markdown(trace, verbose=verbose,
+                               replay=replay_command(trace_path, trace, scenario_ref))
     else:
         text = render_text(trace, verbose=verbose)
     if output:

@@ -50,6 +50,7 @@ from .registry import caller_file, is_shipped, load, near, shown_path
 from .runner.single import RunResult, run_one
 from .scenario import Scenario
 from .trace.codec import write_trace
+from .trace.model import scenario_file
 
 __all__ = ["DrawnRun", "runs"]
 
@@ -147,6 +148,7 @@ def runs(scenario: Scenario | str, config: Mapping[str, Any] | None = None, *,
             result = run_one(scen, cfg, 0, strategy=lambda _seed: drawn)
         path: Path | None = None
         if result.violated:
+            result.scenario_file = scenario_file(ref)  # in the header: the file, from here
             trace = result.trace()
             digest = hashlib.sha256(trace.text().encode("utf-8")).hexdigest()[:12]
             path = write_trace(trace, where / f"{scen.name}-{digest}.jsonl")

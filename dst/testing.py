@@ -46,7 +46,7 @@ from .runner.single import RunResult, replay_trace, run_seeds
 from .scenario import Scenario
 from .trace.codec import read_trace, write_trace
 from .trace.escape import visible
-from .trace.model import Trace, current_hash_seed
+from .trace.model import Trace, current_hash_seed, scenario_file
 from .trace.render import format_time, replay_line, story
 
 __all__ = [
@@ -132,6 +132,7 @@ def check_seeds(
             if r.ended == "bound":
                 bounded.append(r.seed)
             if r.violated:
+                r.scenario_file = scenario_file(ref)  # in the header: the file, from here
                 trace = r.trace()
                 path = write_trace(trace, where / f"{scen.name}-{r.seed}.jsonl")
                 raise AssertionError(_failure(trace, path, ref, runs))
@@ -409,13 +410,18 @@ def pin_trace(
     return read_pin(target), True
 
 
-def replay_command(path: str, trace: Trace) -> str:
-    """The command that replays the trace at ``path``: with ``--scenario`` from its pin's
-    note, or a placeholder to fill when its scenario is not a shipped one."""
-    try:
-        ref = read_pin(path).scenario
-    except DstError:
-        ref = None
+def replay_command(path: str, trace: Trace, scenario_ref: str | None = None) -> str:
+    """The command that replays the trace at ``path``, with the ``--scenario`` of a
+    scenario that is not a shipped one: ``scenario_ref`` when given (``dst show
+    --scenario``), else its pin's note, else the file its header records
+    (``scenario_file``: where ``dst run`` found it, relative to where it ran), else a
+    placeholder to fill."""
+    ref = scenario_ref
+    if ref is None:
+        try:
+            ref = read_pin(path).scenario
+        except DstError:
+            ref = None
     if ref is None and not is_shipped(str(trace.header["scenario"])):
-        ref = "SCENARIO_FILE.py"
+        ref = trace.header.get("scenario_file") or "SCENARIO_FILE.py"
     return replay_line(path, ref)

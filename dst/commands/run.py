@@ -308,6 +308,9 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     except DstError as err:
         _die(err)
     ref = None if is_shipped(scenario) else scenario  # how workers and replay find it
+    from ..trace.model import scenario_file
+
+    shown_file = scenario_file(ref)  # in every trace header: the file, relative to here
     try:  # pct with nothing to order runs as random: said in one line, never silently
         pct_fallback = strategies.fallback(strategy, scen, config)
     except Exception:  # the scenario's own failure: the workers report it
@@ -347,13 +350,15 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
                 run_on_cluster(cluster, ref or scen.name, config, missing(done, start, stop),
                                deadline=deadline, on_chunk=on_chunk, summary=summary,
                                seed_timeout=timeout, strategy=strategy,
-                               keep=summary.keep_policy, max_failures=max_failures)
+                               keep=summary.keep_policy, max_failures=max_failures,
+                               scenario_file=shown_file)
             else:
                 run_bulk(ref or scen.name, config, missing(done, start, stop),
                          workers=workers or default_workers(), deadline=deadline,
                          check_determinism=check_determinism, on_chunk=on_chunk,
                          summary=summary, seed_timeout=timeout, strategy=strategy,
-                         keep=summary.keep_policy, max_failures=max_failures)
+                         keep=summary.keep_policy, max_failures=max_failures,
+                         scenario_file=shown_file)
         except DstError as err:
             progress.close()
             recorder.finish(summary, "error", len(summary.groups))

@@ -406,6 +406,11 @@ def shrink(scenario: Scenario, trace: Trace, *, budget: float = 30.0,
     except KeyboardInterrupt:
         search.stopped = "interrupted"
     final = search.best.result.trace()
+    # The seed the story was found under, whichever walk the shortest run came from
+    # (its own ``seed`` stays: the run draws from it); and where its scenario lives.
+    final.header["shrunk_from"] = trace.header.get("shrunk_from", trace.header["seed"])
+    if "scenario_file" in trace.header:
+        final.header["scenario_file"] = trace.header["scenario_file"]
     return ShrinkResult(
         invariant=target, trace=final, before=measure(trace), after=measure(final),
         runs=search.runs, accepted=search.accepted, seconds=time.monotonic() - began,

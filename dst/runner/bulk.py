@@ -234,7 +234,7 @@ def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: It
 def run_chunk(
     scenario_ref: str, config: Mapping[str, Any], seeds: list[int],
     check_determinism: bool = False, *, beat: Beat | None = None, strategy: str = "random",
-    keep: KeepPolicy | None = None,
+    keep: KeepPolicy | None = None, scenario_file: str | None = None,
 ) -> list[SeedOutcome]:
     """Run one chunk; with ``check_determinism`` twice, keeping every run's lines.
 
@@ -242,10 +242,13 @@ def run_chunk(
     wants it (``keep`` None: every failing and bounded run's trace, as a caller
     that keeps them all needs).  The second pass runs in the same process right
     after the first, so a run that depends on what an earlier run left behind (a
-    module global) differs.
+    module global) differs.  ``scenario_file`` goes in the header of every trace
+    rendered (``dst.trace.model.scenario_file``, made by the process that was asked).
     """
     scenario = load(scenario_ref)
     first = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy)
+    for r in first:
+        r.scenario_file = scenario_file
     outcomes = _outcomes(first, keep)
     if not check_determinism:
         return outcomes
@@ -342,7 +345,7 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
             return
         if job is None:
             return
-        ref, config, seeds, mode, strategy, keep = job
+        ref, config, seeds, mode, strategy, keep, scenario_file = job
         reply: tuple[Any, ...]
         try:
             if hash_seed is not None and current_hash_seed() != hash_seed:
@@ -354,7 +357,8 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
                                 _run_pass(scenario, ref, config, seeds, beat, strategy)])
             else:
                 reply = ("ok", run_chunk(ref, config, seeds, mode == "check", beat=beat,
-                                         strategy=strategy, keep=keep))
+                                         strategy=strategy, keep=keep,
+                                         scenario_file=scenario_file))
         except DstError as err:
             reply = ("error", err.exit_code, str(err))
         except BaseException as exc:  # a dst bug: still one line, never a pool traceback
@@ -412,6 +416,7 @@ def run_bulk(
     strategy: str = "random",
     keep: Callable[[], KeepPolicy | None] | None = None,
     max_failures: int | None = None,
+    scenario_file: str | None = None,
 ) -> BulkSummary:
     """Run ``seeds`` (possibly endless: then until ``deadline``) in chunks on workers.
 
@@ -429,7 +434,8 @@ def run_bulk(
     to render (``dst.runner.groups``); without it every failing trace comes back.
     ``max_failures`` stops the run once that many seeds have failed (in seed
     order, so whatever the number of workers): the chunk holding the last one is
-    cut after it, and the seeds after it count as not run at all.
+    cut after it, and the seeds after it count as not run at all.  ``scenario_file``
+    goes in the header of every trace (``dst.trace.model.scenario_file``).
     """
     summary = summary if summary is not None else BulkSummary()
     cfg = dict(config)
@@ -540,7 +546,7 @@ def run_bulk(
                         policy = replace(policy, first=max(0, left))
                     slot.send(entry, todo[0], (
                         scenario_ref, cfg, todo, "check" if check_determinism else "run",
-                        strategy, policy))
+                        strategy, policy, scenario_file))
                     for waiting in unchecked.values():
                         waiting.append(entry)
                 if stop_at is None and not ctrl_c.count:
@@ -550,7 +556,8 @@ def run_bulk(
                                 break
                             entry = unchecked[seed].popleft()
                             slot.send(entry, entry.seeds[0], (
-                                scenario_ref, cfg, entry.seeds, "other", strategy, None))
+                                scenario_ref, cfg, entry.seeds, "other", strategy, None,
+                                None))
                 while entries and entries[0].ready():
                     absorb(entries.popleft())
                 if not entries:

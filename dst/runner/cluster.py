@@ -196,6 +196,7 @@ def run_on_cluster(
     hash_seed: int = HASH_SEED,
     connect_timeout: float = CONNECT_TIMEOUT,
     worker_timeout: float = WORKER_TIMEOUT,
+    scenario_file: str | None = None,
 ) -> BulkSummary:
     """Run ``seeds`` on the workers of the Dask scheduler at ``address``.
 
@@ -227,7 +228,8 @@ def run_on_cluster(
         submitter = _Submitter(client, run_id, ref, dict(config), summary, on_chunk, events,
                                seed_timeout=seed_timeout, strategy=strategy, keep=keep,
                                max_failures=max_failures, retries=retries,
-                               hash_seed=hash_seed, worker_timeout=worker_timeout)
+                               hash_seed=hash_seed, worker_timeout=worker_timeout,
+                               scenario_file=scenario_file)
         return submitter.run(seed_chunks(seeds), deadline)
     finally:
         try:
@@ -267,8 +269,11 @@ class _Submitter:
                  on_chunk: Callable[[BulkSummary, list[SeedOutcome]], None] | None,
                  events: queue.Queue[dict[str, Any]], *, seed_timeout: float, strategy: str,
                  keep: Callable[[], KeepPolicy | None] | None, max_failures: int | None,
-                 retries: int, hash_seed: int, worker_timeout: float) -> None:
+                 retries: int, hash_seed: int, worker_timeout: float,
+                 scenario_file: str | None = None) -> None:
         self.client, self.run_id, self.ref, self.config = client, run_id, ref, config
+        #: The header's ``scenario_file``, made here: a worker's working directory is not ours.
+        self.scenario_file = scenario_file
         self.summary, self.on_chunk, self.events = summary, on_chunk, events
         self.seed_timeout, self.strategy, self.keep = seed_timeout, strategy, keep
         self.max_failures, self.failed_before = max_failures, summary.failed
@@ -339,7 +344,7 @@ class _Submitter:
             policy = self.keep() if self.keep is not None else None
             future = self.client.submit(
                 chunk_task, self.run_id, self.ref, self.config, seeds, self.strategy,
-                policy, self.hash_seed, stop_at, self.seed_timeout, key=key,
+                policy, self.hash_seed, stop_at, self.seed_timeout, self.scenario_file, key=key,
                 retries=self.retries, pure=False)
             chunk = _Chunk(seeds, future)
             self.order.append(chunk)

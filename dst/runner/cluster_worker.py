@@ -120,7 +120,7 @@ def _wrong_hash_seed(worker: Any, wanted: int) -> str | None:
 
 def chunk_task(run_id: str, ref: str, config: dict[str, Any], seeds: list[int],
                 strategy: str, keep: KeepPolicy | None, hash_seed: int, stop_at: float | None,
-                seed_timeout: float) -> tuple[Any, ...]:
+                seed_timeout: float, scenario_file: str | None = None) -> tuple[Any, ...]:
     """One chunk, on a Dask worker: ``("ok", outcomes)`` or ``("error", exit code, line)``.
 
     Errors are answered, not raised: Dask would retry a raised one, and a broken
@@ -143,7 +143,7 @@ def chunk_task(run_id: str, ref: str, config: dict[str, Any], seeds: list[int],
             except DstError as err:
                 return ("error", err.exit_code, f"Dask worker {worker.address}: {err}")
             return ("ok", run_chunk(ref, config, seeds, beat=beat, strategy=strategy,
-                                    keep=keep))
+                                    keep=keep, scenario_file=scenario_file))
         except DstError as err:
             return ("error", err.exit_code, str(err))
         finally:

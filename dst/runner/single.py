@@ -35,12 +35,15 @@ class RunResult:
     probes_declared: frozenset[str] = field(default_factory=frozenset)
     probes_reached: frozenset[str] = field(default_factory=frozenset)
     states: frozenset[int] = field(default_factory=frozenset)
+    #: The header's ``scenario_file``: where a scenario loaded from a file lives,
+    #: relative to where the run was asked for (``dst.trace.model.scenario_file``).
+    scenario_file: str | None = None
 
     def trace(self) -> Trace:
         sim = self.sim
         header = make_header(
             self.scenario, self.config, self.seed, self.strategy,
-            dict(sim.faults.as_dict()), sim.max_steps,
+            dict(sim.faults.as_dict()), sim.max_steps, self.scenario_file,
         )
         records = [record_to_dict(r) for r in sim.records]
         footer = {

@@ -36,6 +36,7 @@ from .model import (
     VERSION,
     Trace,
     canonical,
+    scenario_file_problem,
 )
 
 #: Longest line a reader accepts.  A decision with hundreds of enabled options
@@ -68,7 +69,8 @@ _SCHEMA: dict[str, dict[str, Any]] = {
                "ended": str, "sha256": str},
 }
 #: Fields a record may lack (traces written before they existed) or hold as null.
-_OPTIONAL: dict[str, dict[str, Any]] = {"header": {"hash_seed": (int, type(None))},
+_OPTIONAL: dict[str, dict[str, Any]] = {"header": {"hash_seed": (int, type(None)),
+                                                    "scenario_file": str, "shrunk_from": int},
                                          "violation": {"frames": list}}
 
 
@@ -328,6 +330,11 @@ def _check_header(path: str, header: dict[str, Any]) -> None:
     """
     if header["max_steps"] < 0:
         raise _fail(path, 1, f"max_steps {header['max_steps']} is negative")
+    if "scenario_file" in header:
+        problem = scenario_file_problem(header["scenario_file"])
+        if problem is not None:
+            raise _fail(path, 1, f"scenario_file {visible(repr(header['scenario_file'][:80]))} "
+                        f"cannot be a scenario's file: {problem}")
     for key, value in header["faults"].items():
         if isinstance(value, bool) or not isinstance(value, _NUM):
             if key.startswith("max_"):

@@ -33,7 +33,7 @@ from .. import __version__
 from .escape import visible
 from .model import Trace
 from .perfetto import Arrow, Mark, Span, Timeline, timeline
-from .render import describe, format_time
+from .render import describe, format_time, shrunk_note, title_seed
 
 #: Height of a lane, of the time axis above the lanes, and the columns a time jump adds.
 _LANE_H = 26
@@ -120,7 +120,7 @@ def _summary(tl: Timeline, replay: str | None) -> list[str]:
                     f"({f.get('steps')} steps): its end-of-run checks never ran")
     out = [f'<header><h1><span class="tag {_text(_verdict_class(verdict))}">'
            f"{_text(tag)}</span> {_text(h['scenario'])} "
-           f"<small>seed {_text(h['seed'])}</small></h1>",
+           f"<small>seed {_text(title_seed(h))}</small></h1>",
            f'<p class="headline">{_text(headline)}'
            + (f' at <a href="#r{tl.violation_at}">step {_text(vio["step"])}</a>, virtual '
               f'{_text(format_time(vio["t"]))}: <q>{_text(vio["message"])}</q>' if vio else "")
@@ -130,7 +130,9 @@ def _summary(tl: Timeline, replay: str | None) -> list[str]:
     rows: list[tuple[str, str]] = [
         ("scenario", _text(h["scenario"])),
         ("config", f"<code>{_text(config) or 'defaults'}</code>"),
-        ("seed", f"{_text(h['seed'])} <small>(strategy {_text(h['strategy'])})</small>"),
+        ("seed", f"{_text(h['seed'])} <small>(strategy {_text(h['strategy'])})</small>"
+         if shrunk_note(h) is None else
+         f"{_text(h['shrunk_from'])} <small>({_text(shrunk_note(h))})</small>"),
         ("run", _text(f"{f.get('steps')} steps, virtual "
                       f"{format_time(float(f.get('virtual_time', 0.0)))}, "
                       f"ended {f.get('ended')}")),

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from .escape import SURROGATE, paired
+from .escape import SURROGATE, paired, visible
 
 FORMAT = "dst-trace"
 VERSION = 2
@@ -163,19 +163,57 @@ def current_hash_seed() -> int | None:
 
 def make_header(
     scenario: str, config: dict[str, Any], seed: int, strategy: str,
-    faults: dict[str, Any], max_steps: int,
+    faults: dict[str, Any], max_steps: int, scenario_file: str | None = None,
 ) -> dict[str, Any]:
+    """A trace's header; ``scenario_file`` (:func:`scenario_file`) only when given, so
+    the header of a shipped scenario's trace is what it always was."""
     import trio
 
     from .. import __version__
 
-    return {
+    header = {
         "type": "header", "format": FORMAT, "version": VERSION, "scenario": scenario,
         "config": config, "seed": seed, "strategy": strategy, "faults": faults,
         "max_steps": max_steps, "dst_version": __version__,
         "python": platform.python_version(), "trio": trio.__version__,
         "hash_seed": current_hash_seed(),
     }
+    if scenario_file is not None:
+        header["scenario_file"] = scenario_file
+    return header
+
+
+#: The longest ``scenario_file`` a header holds.
+MAX_SCENARIO_FILE = 4096
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+
+def scenario_file_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a header's ``scenario_file``, or None when it can: a
+    relative path of a ``.py`` file, printable as it is, at most 4,096 characters."""
+    if not path.endswith(".py"):
+        return "it does not name a .py file"
+    if len(path) > MAX_SCENARIO_FILE:
+        return f"it is longer than {MAX_SCENARIO_FILE:,} characters"
+    if path.startswith(("/", "\\")) or _DRIVE.match(path):
+        return "it is not a relative path"
+    if visible(path) != path:
+        return "it holds control characters"
+    return None
+
+
+def scenario_file(ref: str | None) -> str | None:
+    """What a header records of the scenario ``ref`` names: for a ``.py`` file, its
+    path relative to the working directory (where ``dst run`` ran, so that a replay
+    command run there finds it); None for a shipped name or a module, and for a
+    path no header could hold (:func:`scenario_file_problem`)."""
+    if ref is None or not ref.endswith(".py"):
+        return None
+    try:
+        shown = os.path.relpath(ref)
+    except ValueError:  # another drive (Windows): no relative path leads there
+        return None
+    return shown if scenario_file_problem(shown) is None else None
 
 
 @dataclass

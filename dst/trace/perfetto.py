@@ -532,6 +532,8 @@ class _Exporter:
                 "virtual_time": format_time(float(footer.get("virtual_time", 0.0))),
                 "dst_version": visible(str(header.get("dst_version", ""))),
                 "time": "virtual microseconds, plus one per record before the event",
+                # A shrunk trace: the seed it was shrunk from (``seed``: the one it draws from).
+                **({"shrunk_from": header["shrunk_from"]} if "shrunk_from" in header else {}),
             },
         }
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"

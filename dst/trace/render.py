@@ -109,10 +109,28 @@ def story(trace: Trace, *, verbose: bool = False) -> list[tuple[int, str, str, s
     return lines
 
 
+def shrunk_note(header: dict[str, Any]) -> str | None:
+    """For a shrunk trace (``shrunk_from`` in its header), what follows its original
+    seed: ``shrunk``, and the seed its run draws from when that is another; else None."""
+    origin = header.get("shrunk_from")
+    if origin is None:
+        return None
+    return "shrunk" if origin == header["seed"] else \
+        f"shrunk; its run draws from seed {header['seed']}"
+
+
+def title_seed(header: dict[str, Any]) -> str:
+    """The seed a trace is titled with: a shrunk trace's is the seed it was shrunk from."""
+    origin = header.get("shrunk_from")
+    return str(header["seed"]) if origin is None else f"{origin} (shrunk)"
+
+
 def render_text(trace: Trace, *, verbose: bool = False) -> str:
     h, f = trace.header, trace.footer
-    out = [visible(f"{h['scenario']} [{_config(h['config'])}] seed {h['seed']} "
-                   f"({h['strategy']})")]
+    shrunk = shrunk_note(h)
+    seed = (f"seed {h['seed']} ({h['strategy']})" if shrunk is None
+            else f"seed {h['shrunk_from']} ({shrunk})")
+    out = [visible(f"{h['scenario']} [{_config(h['config'])}] {seed}")]
     lines = story(trace, verbose=verbose)
     actor_w = max([len(a) for _, _, a, _ in lines] + [5])
     time_w = max([len(t) for _, t, _, _ in lines] + [0])
@@ -149,7 +167,7 @@ def render_markdown(trace: Trace, *, verbose: bool = False, replay: str | None =
     violated = ", ".join(f.get("violated", []))
     vio = next((r for r in trace.records if r["type"] == "violation"), None)
     cut = f.get("ended") == "bound" and not violated  # a run cut short is never a pass
-    out = [f"### {md(h['scenario'])} seed {h['seed']}: "
+    out = [f"### {md(h['scenario'])} seed {md(title_seed(h))}: "
            + ("cut at the step bound" if cut else md(verdict)), ""]
     if vio is not None:
         out += [f"**{md(violated)} violated** at step {vio['step']} (virtual "
@@ -161,7 +179,8 @@ def render_markdown(trace: Trace, *, verbose: bool = False, replay: str | None =
         out += [f"**No check violated** (ended {md(str(f.get('ended')))}).", ""]
     out += [f"- scenario: {md(h['scenario'])}",
             f"- config: {md(_config(h['config'])) or 'defaults'}",
-            f"- seed: {h['seed']} (strategy {md(h['strategy'])})",
+            f"- seed: {h['seed']} (strategy {md(h['strategy'])})" if shrunk_note(h) is None
+            else f"- seed: {h['shrunk_from']} ({md(str(shrunk_note(h)))})",
             f"- verdict: {md(verdict)} (violated: {md(violated) or 'nothing'}); "
             f"{f.get('steps')} steps, virtual {format_time(f.get('virtual_time', 0.0))}, "
             f"ended {md(str(f.get('ended')))}", ""]
