@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def run_json(*args: str) -> dict[str, Any]:
 
 def failed_rows(out: Path) -> list[tuple[int, int]]:
     """``(seed, steps)`` of every failing seed recorded, from the results database."""
-    with sqlite3.connect(out / "results.sqlite") as db:
+    with closing(sqlite3.connect(out / "results.sqlite")) as db:
         return [(int(s), int(n)) for s, n in
                 db.execute("SELECT seed, steps FROM failed ORDER BY seed")]
 
@@ -317,7 +318,7 @@ def _chunks_done(db: Path) -> int:
     if not db.exists():
         return 0
     try:
-        with sqlite3.connect(db) as conn:
+        with closing(sqlite3.connect(db)) as conn:
             return int(conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
     except sqlite3.Error:
         return 0

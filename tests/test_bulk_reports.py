@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -215,7 +216,7 @@ def test_dst_runs_tells_a_run_whose_process_is_gone_as_killed(tmp_path: Path) ->
     invoke("run", "counter", "--seeds", "10", "--out", str(out))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
-    with sqlite3.connect(out / "results.sqlite") as db:
+    with closing(sqlite3.connect(out / "results.sqlite")) as db, db:  # closed, committed
         db.execute("UPDATE runs SET status = 'running', pid = ?", (int(gone.stdout),))
     doc = json.loads(invoke("runs", "--out", str(out), "--json").stdout)
     assert [r["status"] for r in doc["runs"]] == ["killed"]

@@ -407,16 +407,16 @@ def test_runs_cut_at_the_step_bound_are_counted_and_their_traces_kept(tmp_path: 
 
 def test_a_results_database_from_before_the_bound_count_gains_its_table(tmp_path: Path) -> None:
     import sqlite3
+    from contextlib import closing
 
     from dst.runner.results import ResultsDB
 
-    old = sqlite3.connect(tmp_path / "results.sqlite")
-    old.executescript(
-        "CREATE TABLE chunks (run_key TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT"
-        " NULL, runs INTEGER NOT NULL, decisions INTEGER NOT NULL, PRIMARY KEY (run_key, start));"
-        "INSERT INTO chunks VALUES ('k', 0, 200, 200, 9000);")
-    old.commit()
-    old.close()
+    with closing(sqlite3.connect(tmp_path / "results.sqlite")) as old:
+        old.executescript(
+            "CREATE TABLE chunks (run_key TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER "
+            "NOT NULL, runs INTEGER NOT NULL, decisions INTEGER NOT NULL, PRIMARY KEY (run_key, "
+            "start)); INSERT INTO chunks VALUES ('k', 0, 200, 200, 9000);")
+        old.commit()
     with ResultsDB(tmp_path) as db:
         assert db.done_ranges("k") == [(0, 200)]
         assert db.bounded_within("k", 0, None) == []

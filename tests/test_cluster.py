@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,7 +176,7 @@ def test_a_worker_killed_mid_run_loses_no_seed_and_each_is_recorded_once(
     # Every seed exactly once: in what came back, and in the database, whose chunks
     # tile 0..SEEDS-1 without overlap.
     assert [r[0] for r in rows] == list(range(SEEDS))
-    with sqlite3.connect(tmp_path / DB_NAME) as db:
+    with closing(sqlite3.connect(tmp_path / DB_NAME)) as db:
         chunks = sorted(db.execute("SELECT start, stop, runs FROM chunks WHERE run_key = ?",
                                    (key,)))
     assert [c[0] for c in chunks] == [0, *[c[1] for c in chunks[:-1]]]

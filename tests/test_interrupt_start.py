@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing
 from functools import partial
 from pathlib import Path
 
@@ -91,7 +92,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _runs_recorded(out: Path) -> int:
     try:
-        with sqlite3.connect(out / "results.sqlite") as db:
+        with closing(sqlite3.connect(out / "results.sqlite")) as db:
             return int(db.execute("SELECT count(*) FROM runs").fetchone()[0])
     except sqlite3.Error:
         return 0

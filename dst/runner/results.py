@@ -166,15 +166,22 @@ class ResultsDB:
         self._ids: dict[str, int] = {}
         if not create:
             return
-        # Only CREATE ... IF NOT EXISTS: a database written by an older dst gains
-        # the tables it lacks, and two runs opening one database cannot race.
-        self._db.executescript(_SCHEMA)
-        # Take the write lock once and let go: a database that can be read but not
-        # written fails here, before any seed runs, not after the first chunk.
-        self._db.execute("BEGIN IMMEDIATE")
-        self._db.rollback()
+        try:
+            # Only CREATE ... IF NOT EXISTS: a database written by an older dst gains
+            # the tables it lacks, and two runs opening one database cannot race.
+            self._db.executescript(_SCHEMA)
+            # Take the write lock once and let go: a database that can be read but not
+            # written fails here, before any seed runs, not after the first chunk.
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.rollback()
+        except BaseException:
+            # Closed now, not whenever the collector gets to it: Python 3.13 warns
+            # (ResourceWarning) about a connection left to the collector.
+            self._db.close()
+            raise
 
     def close(self) -> None:
+        """Close the connection (idempotent)."""
         self._db.close()
 
     def __enter__(self) -> ResultsDB:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -248,7 +249,7 @@ def _done_in(db: Path) -> int:
     """Seeds recorded as done so far (0 while the database is not there yet)."""
     if not db.exists():
         return 0
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn:
         return int(conn.execute("SELECT COALESCE(SUM(stop - start), 0) FROM chunks")
                    .fetchone()[0])
 
