@@ -12,7 +12,12 @@ Every simulation runs under one hash seed (``HASH_SEED``), whatever the
 caller's ``PYTHONHASHSEED``: iterating a set of strings follows their hashes, so
 a seed names one trace only under one hash seed.  The command re-executes itself
 under it before doing anything else (``dst replay`` under the seed its trace
-records), and its worker processes inherit it.
+records; ``dst/launcher.py``, before this module is imported), and its worker
+processes inherit it.
+
+A command imports what it uses when it runs: the commands of ``dst.commands``
+are imported only when asked for (``dst --help`` lists them from a table), and
+the kernel, trio and structlog only by a command that runs or reads a scenario.
 """
 
 from __future__ import annotations
@@ -20,33 +25,27 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from . import __version__
+from .commands import COMMANDS
+from .commands import load as load_command
 from .errors import DstError, ScenarioError, UsageError
-from .registry import all_scenarios, is_shipped, load
-from .runner.single import replay_trace
-from .scenario import Scenario
-from .trace.codec import read_trace
-from .trace.escape import visible
-from .trace.model import Trace, current_hash_seed
-from .trace.render import render_markdown, render_text
+from .launcher import HASH_SEED as HASH_SEED
+from .launcher import REEXEC, current_hash_seed, pin_hash_seed, program_name, wanted_hash_seed
+
+if TYPE_CHECKING:
+    from .scenario import Scenario
+    from .trace.model import Trace
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_DIVERGED = 0, 1, 2, 3
 EXIT_BROKEN = ScenarioError.exit_code  # 4: the scenario itself is broken
 EXIT_INTERRUPTED = 130
-
-#: The hash seed every simulation of the ``dst`` command runs under.
-HASH_SEED = 0
-#: Set in the environment of a re-executed ``dst`` (to the program name the user
-#: typed): it never re-executes a second time, and ``--help`` names the same program.
-_REEXEC = "DST_REEXECUTED_AS"
 
 
 def _die(err: DstError) -> NoReturn:
@@ -59,22 +58,47 @@ def _one_line(text: str) -> str:
 
 
 class _Dst(click.Group):
-    """click's group, but every usage error is one line: ``error: ...``, exit 2.
+    """click's group, but every usage error is one line: ``error: ...``, exit 2; and the
+    commands of ``dst.commands`` are imported only when one of them is asked for.
 
     click prints a usage banner and ``Error: ...`` over several lines; dst's
     contract is one line on stderr that names the culprit and the way out, the
     same for an unknown ``-c`` switch as for an ill-formed one.
     """
 
+    #: While ``--help`` lists the commands: a command not imported yet stands in
+    #: with its line of ``COMMANDS`` (click shortens it as it would the real help).
+    _listing = False
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = self.commands.get(cmd_name)
+        if command is not None or cmd_name not in COMMANDS:
+            return command
+        if self._listing:
+            return click.Command(cmd_name, help=COMMANDS[cmd_name])
+        command = load_command(cmd_name)
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self._listing = False
+
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              **extra: Any) -> Any:
         if args is None:
             # Started as a program (not called with arguments from Python): pin
-            # the hash seed before anything else runs.
+            # the hash seed before anything else runs, as dst/launcher.py does.
             args = sys.argv[1:]
-            typed = os.environ.get(_REEXEC) or _program_name()
-            _pin_hash_seed(list(args), _wanted_hash_seed(self, list(args)), typed)
+            typed = os.environ.get(REEXEC) or program_name()
+            pin_hash_seed(list(args), wanted_hash_seed(list(args)), typed)
             prog_name = prog_name or typed
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
@@ -91,67 +115,6 @@ class _Dst(click.Group):
             click.echo("error: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         sys.exit(rv if isinstance(rv, int) else EXIT_OK)
-
-
-def _program_name() -> str:
-    """What the user typed to start dst: ``dst`` or ``python -m dst``."""
-    first = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "dst"
-    return "python -m dst" if first == "__main__.py" else first
-
-
-def _wanted_hash_seed(group: click.Group, argv: list[str]) -> int:
-    """``HASH_SEED``, but for ``dst replay TRACE`` the hash seed TRACE was recorded under.
-
-    The arguments are parsed leniently here (a bad command line is reported by
-    the real parse, after the re-execution): any doubt means ``HASH_SEED``.
-    """
-    words = [a for a in argv if not a.startswith("-")]
-    command = group.commands.get("replay")
-    if not words or words[0] != "replay" or command is None:
-        return HASH_SEED
-    try:
-        ctx = command.make_context("replay", argv[argv.index("replay") + 1:],
-                                   resilient_parsing=True)
-        first = next(p.name for p in command.params if isinstance(p, click.Argument))
-        path = ctx.params.get(first or "")
-        if not isinstance(path, str):
-            return HASH_SEED
-        with open(path, "rb") as fh:
-            header = json.loads(fh.readline(1 << 20))
-        seed = header.get("hash_seed") if isinstance(header, dict) else None
-    except Exception:
-        return HASH_SEED
-    if isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32:
-        return seed
-    return HASH_SEED
-
-
-def _pin_hash_seed(argv: list[str], wanted: int, typed: str) -> None:
-    """Re-execute this command under ``PYTHONHASHSEED=wanted`` unless it already runs so.
-
-    ``os.execv`` keeps the process id, the open standard streams, the working
-    directory and so the exit status the caller sees.  A re-executed dst that
-    still does not run under ``wanted`` (python told to ignore the environment)
-    stops with one line instead of re-executing again.
-    """
-    if current_hash_seed() == wanted:
-        os.environ.pop(_REEXEC, None)
-        return
-    rerun = " ".join(shlex.quote(a) for a in ["dst", *argv])
-    if _REEXEC in os.environ:
-        _die(UsageError(f"python ignores PYTHONHASHSEED here (started with -E or -I?), so dst "
-                        f"cannot run under hash seed {wanted}; run without those flags: "
-                        f"PYTHONHASHSEED={wanted} {rerun}"))
-    os.environ["PYTHONHASHSEED"] = str(wanted)
-    os.environ[_REEXEC] = typed
-    flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execv(sys.executable, [sys.executable, *flags, "-m", "dst", *argv])
-    except OSError as exc:
-        _die(UsageError(f"cannot restart dst under PYTHONHASHSEED={wanted} ({exc.strerror}); "
-                        f"run: PYTHONHASHSEED={wanted} {rerun}"))
 
 
 @click.group(cls=_Dst, context_settings={"help_option_names": ["-h", "--help"]})
@@ -226,6 +189,8 @@ def list_command(scenario_ref: str | None, as_json: bool) -> None:
       dst list
       dst list bank.py --json
     """
+    from .registry import all_scenarios, load
+
     try:
         scenarios = [load(scenario_ref)] if scenario_ref else all_scenarios()
     except DstError as err:
@@ -280,6 +245,9 @@ def replay_command_line(path: Path, scenario_ref: str | None) -> str:
 
 
 def _load_trace(path: str, scenario_ref: str | None) -> tuple[Trace, Scenario]:
+    from .registry import is_shipped, load
+    from .trace.codec import read_trace
+
     trace = read_trace(path)
     name = trace.header["scenario"]
     if scenario_ref is None:
@@ -327,6 +295,9 @@ def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> 
     Exit 0 or 1 when the replay is identical (by the recorded verdict), 3 when
     it diverged: then the first differing step is shown, with its likely cause.
     """
+    from .runner.single import replay_trace
+    from .trace.escape import visible
+
     try:
         trace, scen = _load_trace(trace_path, scenario_ref)
         result = replay_trace(scen, trace)
@@ -383,9 +354,7 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None,
       dst show traces/failures/counter-3.jsonl --format perfetto -o counter-3.json
       dst show traces/failures/bank-3.jsonl --format markdown --scenario bank.py
     """
-    from .testing import replay_command
-    from .trace.html import render_html
-    from .trace.perfetto import render_perfetto
+    from .trace.codec import read_trace
 
     if output:
         # Checked before any work, and never created: a typo in -o should not
@@ -414,13 +383,23 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None,
     except DstError as err:
         _die(err)
     if fmt == "html":
+        from .testing import replay_command
+        from .trace.html import render_html
+
         text = render_html(trace, replay=replay_command(trace_path, trace, scenario_ref))
     elif fmt == "perfetto":
+        from .trace.perfetto import render_perfetto
+
         text = render_perfetto(trace)
     elif fmt == "markdown":
+        from .testing import replay_command
+        from .trace.render import render_markdown
+
         text = render_markdown(trace, verbose=verbose,
                                replay=replay_command(trace_path, trace, scenario_ref))
     else:
+        from .trace.render import render_text
+
         text = render_text(trace, verbose=verbose)
     if output:
         try:
@@ -432,8 +411,3 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None,
 
 
 __all__ = ["main"]
-
-
-from .commands import register  # noqa: E402 - one module a command, added after the core
-
-register(main)

@@ -20,10 +20,18 @@ the command line), and whenever a path given reaches one (``pytest
 traces/regressions``); ``pytest tests/test_x.py`` runs just that file.  The
 testing API (and with it the kernel) is imported only when a pinned trace or a
 marked test runs.
+
+Everything runs in the pytest process when it runs under hash seed 0, as the
+``dst`` command does (``PYTHONHASHSEED=0 pytest``).  Under another (pytest's
+default is a random one), seeds still run in this process, under its hash seed,
+and a pinned trace recorded under another hash seed is replayed in a child
+interpreter started under that one; a line at the end of the session says what
+ran so (``dst.testing.hash_seed_note``).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,3 +150,11 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         failure = str(exc)
     if failure is not None:  # outside the except: the message alone, not a chain of two
         pytest.fail(failure, pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line when a seed or a pin ran otherwise than in ``dst`` for the hash seed."""
+    testing = sys.modules.get("dst.testing")  # not imported by a session that never used it
+    note = testing.hash_seed_note() if testing is not None else None
+    if note:
+        terminalreporter.write_line(note)

@@ -22,9 +22,15 @@ the pin's directory, so the pin works from any working directory) or the
 module that defines it.
 
 A trace names the hash seed it was recorded under, and a run that iterates a
-set of strings depends on it; a test runner runs under a random one.  A pinned
-trace recorded under another hash seed than this process's is therefore
-checked in a child interpreter started under the recorded one.
+set of strings depends on it.  In a process under hash seed 0, the one the
+``dst`` command runs under (``PYTHONHASHSEED=0 pytest``), everything runs in
+this process: no child interpreter, no re-execution.  A test runner runs under
+a random hash seed unless told otherwise; there :func:`check_seeds` still runs
+the seeds in this process, under its hash seed (which their traces record:
+null when random), and a pinned trace recorded under another hash seed than
+this process's is checked in a child interpreter started under the recorded
+one, an interpreter start for each.  :func:`hash_seed_note` says so in one
+line, which dst's pytest plugin prints at the end of the session.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ __all__ = [
     "SeedsChecked",
     "check_pinned",
     "check_seeds",
+    "hash_seed_note",
     "pin_trace",
     "pinned_traces",
     "read_pin",
@@ -72,6 +79,9 @@ _BATCH = 50
 _STORY_LINES = 40
 #: A pin's name is a file name: no directories, nothing hidden.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: What ran differently from the ``dst`` command because of the hash seed:
+#: pins checked in a child interpreter, seeds run here under another one than 0.
+_AWAY = {"pins": 0, "seeds": 0}
 
 
 # -- seeds -------------------------------------------------------------------------------
@@ -127,6 +137,8 @@ def check_seeds(
         nonlocal runs
         results: list[RunResult] = []
         run_seeds(scen, cfg, batch, results.append)
+        if current_hash_seed() != 0:
+            _AWAY["seeds"] += len(batch)
         for r in results:
             runs += 1
             if r.ended == "bound":
@@ -328,6 +340,7 @@ def _check_in_child(pin: Pin, fixed: bool, out: Path, hash_seed: int) -> str:
     job = json.dumps({"path": str(pin.path), "note": pin.note, "scenario": pin.scenario,
                       "fixed": fixed, "out": str(out)})
     env = dict(os.environ, PYTHONHASHSEED=str(hash_seed))
+    _AWAY["pins"] += 1
     done = subprocess.run(
         [sys.executable, "-c", "from dst.testing import _child; _child()", job],
         capture_output=True, text=True, env=env, check=False)
@@ -341,6 +354,29 @@ def _check_in_child(pin: Pin, fixed: bool, out: Path, hash_seed: int) -> str:
     if not ok:
         raise AssertionError(message)
     return str(message)
+
+
+def hash_seed_note() -> str | None:
+    """One line on what ran otherwise than in the ``dst`` command because this process
+    runs under another hash seed than 0; None when nothing did."""
+    here = current_hash_seed()
+    pins, seeds = _AWAY["pins"], _AWAY["seeds"]
+    if not pins and not seeds:
+        return None
+    what = []
+    if pins:
+        what.append(f"{pins} pinned trace{'s' * (pins != 1)} replayed in a child interpreter "
+                    f"each, under the hash seed {'they were' if pins != 1 else 'it was'} "
+                    "recorded under")
+    if seeds:
+        what.append(f"{seeds:,} seed{'s' * (seeds != 1)} run in this process under its "
+                    "hash seed, as their traces record")
+    if here == 0:
+        return f"dst: {'; '.join(what)}"
+    under = "a random hash seed" if here is None else f"hash seed {here}"
+    return (f"dst: this process runs under {under}, the dst command under 0: "
+            f"{'; '.join(what)}; under PYTHONHASHSEED=0 pytest, seeds and pins recorded "
+            "under 0 run in this process, as in dst")
 
 
 def _child() -> None:

@@ -5,6 +5,9 @@ the results database as it goes (``dst.runner.recorder``), draws the progress
 display (``dst.runner.progress``), shrinks each failure group's shortest trace
 (``dst.commands.shrink``), and tells the groups (``dst.commands.run_summary``),
 in JSON, Markdown (``--summary-md``) and JUnit XML (``--junit``) too.
+
+Importing this module (``dst run --help``) loads no kernel, trio or structlog:
+what runs seeds is imported when the command runs.
 """
 
 from __future__ import annotations
@@ -21,25 +24,12 @@ from typing import Any, ClassVar
 import click
 
 from ..errors import DstError, UsageError
-from ..explore import strategies
-from ..registry import is_shipped, load
-from ..runner.bulk import SEED_TIMEOUT, BulkSummary, SeedOutcome, run_bulk
-from ..runner.cluster import parse_address, run_on_cluster
-from ..runner.groups import MAX_GROUPS, GroupBook, reports
+from ..explore.pct import DEFAULT_DEPTH
+from ..runner.groups import MAX_GROUPS
 from ..runner.progress import Progress, interactive
-from ..runner.recorder import Recorder
-from ..runner.reports import RunFacts, junit, markdown, write_report
-from ..runner.results import DB_NAME, missing, run_key
-from ..runner.workers import CtrlC
-from ..trace.escape import encodable
+from ..runner.results import DB_NAME
+from ..runner.workers import SEED_TIMEOUT
 from .arguments import out_dir
-from .run_summary import (
-    Invocation,
-    json_document,
-    print_summary,
-    rerun_line,
-    shrink_groups,
-)
 
 
 class SwitchParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
@@ -74,6 +64,8 @@ class ClusterAddress(click.ParamType):  # type: ignore[type-arg]  # generic only
     name = "tcp://HOST:PORT"
 
     def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        from ..runner.cluster import parse_address
+
         try:
             return parse_address(str(value))
         except UsageError as err:
@@ -209,7 +201,7 @@ def check_report(option: str, target: str | None) -> None:
                    "(each seed draws its own mix of the scenario's faults).")
 @click.option("--pct-depth", type=click.IntRange(min=1), default=None, metavar="D",
               help="With --strategy pct: the bug depth, d-1 change points "
-                   f"(default {strategies.DEFAULT_DEPTH}).")
+                   f"(default {DEFAULT_DEPTH}).")
 @click.option("--pct-steps", type=click.IntRange(min=1), default=None, metavar="K",
               help="With --strategy pct: steps over which change points are drawn "
                    "(default: estimated from a few runs of the scenario).")
@@ -285,6 +277,16 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     itself is broken, 130 interrupted.
     """
     from ..cli import _die  # the core, loaded first
+    from ..explore import strategies
+    from ..registry import is_shipped, load
+    from ..runner.bulk import BulkSummary, SeedOutcome, run_bulk
+    from ..runner.groups import GroupBook, reports
+    from ..runner.recorder import Recorder
+    from ..runner.reports import RunFacts, junit, markdown, write_report
+    from ..runner.results import missing, run_key
+    from ..runner.workers import CtrlC
+    from ..trace.escape import encodable
+    from .run_summary import Invocation, json_document, print_summary, rerun_line, shrink_groups
 
     try:
         scen = load(scenario)
@@ -350,6 +352,8 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
         try:
             timeout = seed_timeout if seed_timeout is not None else SEED_TIMEOUT
             if cluster is not None:
+                from ..runner.cluster import run_on_cluster
+
                 run_on_cluster(cluster, ref or scen.name, config, missing(done, start, stop),
                                deadline=deadline, on_chunk=on_chunk, summary=summary,
                                seed_timeout=timeout, strategy=strategy,

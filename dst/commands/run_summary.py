@@ -28,7 +28,6 @@ from ..scenario import Scenario
 from ..trace.codec import read_trace
 from ..trace.escape import encodable, visible
 from ..trace.render import format_time, replay_line, story
-from .shrink import shrink_failures
 
 #: Failure groups told with their story; the next ``GROUPS_LISTED`` get a line each.
 STORIES_SHOWN = 3
@@ -153,6 +152,10 @@ def shrink_groups(scenario_ref: str, book: GroupBook, recorder: Recorder) -> Non
     """Shrink the shortest kept trace of each group not shrunk yet (``GROUPS_SHRUNK`` at
     most), recording the shrunk story and its shape, by which groups merge."""
     todo = [g for g in book.ordered() if g.shrunk is None and g.kept][:GROUPS_SHRUNK]
+    if not todo:
+        return
+    from .shrink import shrink_failures  # the shrinker, only when there is a story to shrink
+
     try:
         for group in todo:
             steps, seed, path = group.kept[0]

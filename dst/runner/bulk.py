@@ -39,6 +39,7 @@ from .determinism import comparable, cross_difference, first_difference, other_h
 from .groups import BOUNDED_KEPT, GroupBook, KeepPolicy, signature, to_render
 from .single import RunResult, run_seeds
 from .workers import (
+    SEED_TIMEOUT,
     STOP,
     Beat,
     CtrlC,
@@ -52,11 +53,6 @@ from .workers import (
 #: Seeds per task sent to a worker: big enough to amortise ``trio.run`` and the
 #: inter-process round trip, small enough for a smooth progress display.
 CHUNK = 200
-
-#: How long a worker may go without finishing a seed before it is declared
-#: stuck (``dst run --seed-timeout``).  Generous: the slowest shipped scenario
-#: finishes a seed in well under a second.
-SEED_TIMEOUT = 60.0
 
 #: After ``deadline`` or Ctrl-C, how long the seeds in flight get to finish
 #: before their workers are stopped (a worker stops after its current seed).

@@ -62,7 +62,7 @@ from typing import Any
 from .. import __version__
 from ..errors import DstError, InternalError, ScenarioError, UsageError
 from ..registry import describe_exception
-from .bulk import GRACE, SEED_TIMEOUT, BulkSummary, SeedOutcome, seed_chunks
+from .bulk import GRACE, BulkSummary, SeedOutcome, seed_chunks
 from .cluster_worker import (
     START_WORKER,
     chunk_task,
@@ -73,7 +73,7 @@ from .cluster_worker import (
     worker_facts,
 )
 from .groups import KeepPolicy
-from .workers import CtrlC
+from .workers import SEED_TIMEOUT, CtrlC
 
 #: ``distributed``'s client and futures, typed loosely: dst runs without the
 #: package, and its annotations vary between releases.

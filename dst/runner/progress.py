@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .bulk import BulkSummary
+if TYPE_CHECKING:  # imported at once by ``dst run``, before it needs the kernel
+    from .bulk import BulkSummary
 
 
 def interactive() -> bool:

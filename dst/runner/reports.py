@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import platform
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +183,8 @@ def junit(facts: RunFacts) -> str:
     """JUnit XML: a failing test case per group (and one for the failing seeds in groups
     not kept); the scenario and config's own test case when nothing failed or a worker
     had to be stopped (its error).  Every count is of test cases: failures <= tests."""
+    import xml.etree.ElementTree as ET  # only for --junit
+
     unkept = facts.not_kept_line()
     failures = len(facts.groups) + (1 if unkept else 0)
     errors = 1 if facts.stalled else 0

@@ -25,6 +25,12 @@ from typing import Any
 # Slots of a worker's heartbeat array.
 TICKS, CURRENT, STOP = 0, 1, 2
 
+#: How long a worker may go without finishing a seed before it is declared
+#: stuck (``dst run --seed-timeout``).  Generous: the slowest shipped scenario
+#: finishes a seed in well under a second.  (Here, not in ``bulk``, so that
+#: ``dst run --help`` can say it without importing the kernel.)
+SEED_TIMEOUT = 60.0
+
 #: ``prctl`` option asking the kernel to signal this process when its parent exits.
 _PR_SET_PDEATHSIG = 1
 

@@ -16,10 +16,10 @@ import math
 import os
 import platform
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..launcher import current_hash_seed as current_hash_seed  # needed before dst loads
 from .escape import SURROGATE, paired, visible
 
 FORMAT = "dst-trace"
@@ -143,22 +143,6 @@ def _json_safe(value: Any, depth: int = 0) -> Any:
             return {k: _json_safe(v, depth + 1) for k, v in value.items()}
         return [_json_safe(v, depth + 1) for v in value]
     return value
-
-
-def current_hash_seed() -> int | None:
-    """The hash seed this interpreter runs under when it is fixed, None when it is random.
-
-    Iterating a set of strings follows their hashes, so code under test that does
-    it makes a trace that holds only under the same hash seed.  The seed is fixed
-    at interpreter start from ``PYTHONHASHSEED``: 0 turns randomisation off, and
-    ``-E``/``-I`` ignore the variable altogether.
-    """
-    if not sys.flags.hash_randomization:
-        return 0
-    text = os.environ.get("PYTHONHASHSEED", "")
-    if sys.flags.ignore_environment or not text.isdigit():
-        return None
-    return int(text)
 
 
 def make_header(
