@@ -36,7 +36,7 @@ from dst import FaultPlan, Scenario, Sim
 from dst.agents.replenisher import Options
 from dst.env import Json, Store
 from dst.fakes.replenisher import Kit, WorldConfig, build
-from dst.fakes.replenisher.kit import BUSY_TIMER_WEIGHT, every_replenishment_ends
+from dst.fakes.replenisher.kit import every_replenishment_ends
 from dst.registry import load
 from dst.runner.single import RunResult, run_seeds
 from dst.runtime import LocalNetwork, LocalServices, MemoryStore, SQLiteStore, TrioClock, make_env
@@ -61,7 +61,7 @@ def month_long_replenishments(seeds: int) -> list[tuple[RunResult, float]]:
     run of each chunk of seeds also pays for starting its ``trio.run``.
     """
     month = Scenario("replenish_month", doc="one replenishment spanning 30+ simulated days",
-                     faults=FaultPlan(timer_weight=BUSY_TIMER_WEIGHT), max_steps=3000)
+                     faults=FaultPlan(), max_steps=3000)
 
     @month.setup
     def setup(sim: Sim, config: Mapping[str, Any]) -> Kit:

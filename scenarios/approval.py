@@ -106,8 +106,11 @@ def seed_card(db: Any, config: Mapping[str, Any]) -> None:
 
 
 def faults(config: Mapping[str, Any]) -> FaultPlan:
+    # Two "slow" faults: a turn still running when the user's next message, a
+    # second later, comes in (the races between two turns need one; a reconnect
+    # during two overlapping requests, two), as likely as any other option.
     return FaultPlan(max_crashes=config["crashes"], max_drops=config["drops"],
-                     max_dups=config["dups"])
+                     max_dups=config["dups"], max_slow=2, slow_weight=1.0)
 
 
 def common_switches(scenario: Scenario) -> None:

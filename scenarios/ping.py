@@ -26,8 +26,10 @@ ACK_TIMEOUT = 2.0
 
 
 def _faults(config: dict[str, Any]) -> FaultPlan:
+    # A slow server: the ack comes after the client's timeout (up to four times a
+    # run, one per send of a request), as likely as any other option.
     return FaultPlan(max_crashes=config["crashes"], max_drops=config["drops"],
-                     max_dups=config["dups"])
+                     max_dups=config["dups"], max_slow=4, slow_weight=1.0)
 
 
 scenario = Scenario(

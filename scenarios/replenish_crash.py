@@ -17,14 +17,14 @@ from dst import FaultPlan, Scenario, Sim
 from dst.agents.replenisher import Options
 from dst.fakes.replenisher import Kit, WorldConfig, build
 from dst.fakes.replenisher import kit as checks
-from dst.fakes.replenisher.kit import BUSY_TIMER_WEIGHT
+from dst.fakes.replenisher.kit import BUSY_TIMER_WEIGHT, SLOW_BUDGET
 
 scenario = Scenario(
     "replenish_crash",
     doc="the agent crashes during a 3-day approval wait; nothing before the crash runs again",
     faults=lambda c: FaultPlan(max_crashes=c["crashes"], crash_weight=0.1,
                                max_drops=c["drops"], max_dups=c["dups"],
-                               timer_weight=BUSY_TIMER_WEIGHT),
+                               max_slow=SLOW_BUDGET, slow_weight=BUSY_TIMER_WEIGHT),
     max_steps=3000,
 )
 scenario.switch("durable", True, doc="step outputs are logged in the store (false: in memory)")

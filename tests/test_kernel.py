@@ -62,25 +62,38 @@ def test_tasks_may_use_trio_locks_events_and_channels_between_choice_points() ->
     assert len({r.trace().sha256() for r in results}) > 10  # and the order varied
 
 
-def test_a_timeout_and_a_message_race_and_both_orders_are_explored() -> None:
-    def setup(sim: Sim, _: dict[str, Any]) -> Any:
-        async def client(env: Env) -> None:
-            await env.net.send("server", "ping")
-            with trio.move_on_after(1.0) as scope:
-                await env.net.recv()
-            import structlog
+def _ping_under_a_timeout(sim: Sim, _: dict[str, Any]) -> Any:
+    async def client(env: Env) -> None:
+        await env.net.send("server", "ping")
+        with trio.move_on_after(1.0) as scope:
+            await env.net.recv()
+        import structlog
 
-            structlog.get_logger().info("timed out" if scope.cancelled_caught else "answered")
+        structlog.get_logger().info("timed out" if scope.cancelled_caught else "answered")
 
-        async def server(env: Env) -> None:
-            msg = await env.net.recv()
-            await env.net.send(msg.source, "pong")
+    async def server(env: Env) -> None:
+        msg = await env.net.recv()
+        await env.net.send(msg.source, "pong")
 
-        sim.process("client", client)
-        sim.process("server", server)
+    sim.process("client", client)
+    sim.process("server", server)
 
-    outcomes = {events(r)[-1][1] for r in many(inline(setup), range(100))}
-    assert outcomes == {"timed out", "answered"}
+
+def test_without_a_slow_budget_a_timeout_never_fires_before_work_that_needs_no_time() -> None:
+    runs = many(inline(_ping_under_a_timeout), range(100))
+    assert {events(r)[-1][1] for r in runs} == {"answered"}
+    assert not any(label.startswith("timer@") for r in runs for e, _ in r.trace().decisions
+                   for label in e)
+
+
+def test_a_timeout_and_a_message_race_as_a_slow_fault_and_both_orders_are_explored() -> None:
+    runs = many(inline(_ping_under_a_timeout, faults=FaultPlan(max_slow=1)), range(100))
+    assert {events(r)[-1][1] for r in runs} == {"timed out", "answered"}
+    for r in runs:
+        early = [e[c] for e, c in r.trace().decisions if e[c].endswith("!slow")]
+        slow = [f for f in r.trace().records if f["type"] == "fault" and f["fault"] == "slow"]
+        assert len(early) == len(slow) <= 1  # the budget, each spent one recorded
+        assert (events(r)[-1][1] == "timed out") == bool(early)
 
 
 def test_a_30_day_virtual_wait_completes_in_well_under_a_second() -> None:

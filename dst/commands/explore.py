@@ -74,6 +74,9 @@ def _duration(text: str) -> float:
                    "[default: the scenario's fault plan].")
 @click.option("--partitions", type=click.IntRange(min=0), default=None,
               help="Network partitions per schedule [default: the scenario's fault plan].")
+@click.option("--slow", type=click.IntRange(min=0), default=None,
+              help="Timers firing while other work could run, per schedule "
+                   "[default: the scenario's fault plan].")
 @click.option("--service-faults/--no-service-faults", default=None,
               help="Keep the scenario's service fault budgets [default: on when its "
                    "fault plan has any].")
@@ -102,7 +105,7 @@ def _duration(text: str) -> float:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document on stdout.")
 def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
             crashes: int | None, drops: int | None, dups: int | None, preemptions: int | None,
-            partitions: int | None, service_faults: bool | None,
+            partitions: int | None, slow: int | None, service_faults: bool | None,
             invariants: tuple[str, ...], max_schedules: int, budget: str | None, seed: int,
             no_por: bool, compare_dfs: bool, check_reduction: bool, prune_states: bool | None,
             out: str, as_json: bool) -> None:
@@ -113,7 +116,7 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
     sleep sets), and a state explored before is not explored again when the
     scenario's fingerprint is exact.  The fault budgets are the scenario's own
     plan's (what `dst run` explores) unless set lower (--crashes, --drops, --dups,
-    --preemptions, --partitions, --no-service-faults); the summary names every
+    --preemptions, --partitions, --slow, --no-service-faults); the summary names every
     bound set below the plan.  The search goes deeper in turn (every schedule of
     up to 8 steps, 16, ... up to --max-steps), so a search stopped by its budget
     still says the depth it covered completely.  An eventually property is
@@ -151,6 +154,7 @@ def command(scenario_ref: str, switches: tuple[str, ...], max_steps: int | None,
             dups=plan.max_dups if dups is None else dups,
             preemptions=plan.preemptions if preemptions is None else preemptions,
             partitions=plan.max_partitions if partitions is None else partitions,
+            slow=plan.max_slow if slow is None else slow,
             service_faults=bool(plan.services) if service_faults is None else service_faults,
             max_schedules=max_schedules, budget=_duration(budget) if budget else None)
         where = out_dir(out)
@@ -268,8 +272,8 @@ def _document(result: Exploration, plain: Exploration | None, written: dict[str,
         "scenario": result.scenario, "config": result.config, "seed": seed,
         "bounds": {"max_steps": b.max_steps, "crashes": b.crashes, "drops": b.drops,
                    "dups": b.dups, "preemptions": b.preemptions, "partitions": b.partitions,
-                   "service_faults": b.service_faults, "max_schedules": b.max_schedules,
-                   "budget_seconds": b.budget},
+                   "slow": b.slow, "service_faults": b.service_faults,
+                   "max_schedules": b.max_schedules, "budget_seconds": b.budget},
         "por": result.por, "no_reduction": result.no_reduction,
         "prune_states": result.prune_states, "no_pruning": result.no_pruning,
         "schedules": result.schedules, "exhausted": result.exhausted,

@@ -34,6 +34,9 @@ class Bounds:
     #: Keep the scenario's service fault budgets (otherwise no service fails).
     service_faults: bool = False
     partitions: int = 0
+    #: Timers firing while other work could run (``FaultPlan.max_slow``; None:
+    #: unbudgeted, every timer may, as a plan with ``max_slow=None`` says).
+    slow: int | None = 0
     max_schedules: int | None = 100_000
     #: Seconds of wall time for the whole search.
     budget: float | None = None
@@ -45,7 +48,9 @@ class Bounds:
         parts = [f"at most {self.max_steps} steps", n(self.crashes, "crash", "crashes"),
                  n(self.drops, "drop", "drops"), n(self.dups, "duplicate", "duplicates"),
                  n(self.preemptions, "preemption", "preemptions"),
-                 n(self.partitions, "partition", "partitions")]
+                 n(self.partitions, "partition", "partitions"),
+                 "every timer early when it may" if self.slow is None
+                 else n(self.slow, "slow timer", "slow timers")]
         if self.service_faults:
             parts.append("the scenario's service faults")
         return ", ".join(parts)
@@ -56,7 +61,7 @@ def fault_plan(scenario: Scenario, config: Mapping[str, Any], bounds: Bounds) ->
     base = scenario.fault_plan(config)
     return dataclasses.replace(
         base, max_crashes=bounds.crashes, max_drops=bounds.drops, max_dups=bounds.dups,
-        preemptions=bounds.preemptions, max_partitions=bounds.partitions,
+        preemptions=bounds.preemptions, max_partitions=bounds.partitions, max_slow=bounds.slow,
         services=base.services if bounds.service_faults else {})
 
 
@@ -138,6 +143,11 @@ class Exploration:
                     (b.preemptions, plan.preemptions, "preemption", "preemptions")):
                 if have < allowed:
                     out.append(f"{have} {one if have == 1 else many} (the plan allows {allowed})")
+            if b.slow is not None and (plan.max_slow is None or b.slow < plan.max_slow):
+                allowed_slow = ("every timer early" if plan.max_slow is None
+                                else str(plan.max_slow))
+                out.append(f"{b.slow} slow timer{'' if b.slow == 1 else 's'} "
+                           f"(the plan allows {allowed_slow})")
             if not b.service_faults and any(
                     sf.fail or sf.lose_reply or sf.delay or sf.repeat
                     for sf in plan.services.values()):

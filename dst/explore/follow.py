@@ -23,7 +23,8 @@ numbers; the first such option if several are.
 The default is the *calm* option, because a stretch of the story the recording
 no longer covers should not invent trouble of its own: not a fault (``crash:``,
 ``drop:``, ``dup:``, ``partition:``, a service call's ``!fail``, ``!lose_reply``,
-``!delay``, ``!repeat`` variant), not a timer while something else can run, and
+``!delay``, ``!repeat`` variant, a timer's ``!slow``), not a timer while something else
+can run, and
 among the rest the heaviest option (the kernel weighs the held task trio queued
 first above the ones that would preempt it, so the default spends
 no preemption), the first one on a tie.  Options are listed in a stable order by
@@ -37,8 +38,9 @@ from collections.abc import Sequence
 
 #: Prefixes of the kernel's fault options (process and message faults, partitions).
 FAULT_PREFIXES = ("crash:", "drop:", "dup:", "partition:")
-#: A service call's fault variants: ``P/task@call:svc.op!kind``.
-_CALL_FAULT = re.compile(r"@call:[^!]*!(fail|lose_reply|delay|repeat)$")
+#: A service call's fault variants: ``P/task@call:svc.op!kind``; a timer firing while
+#: other work could run: ``timer@T!slow``.
+_CALL_FAULT = re.compile(r"@call:[^!]*!(fail|lose_reply|delay|repeat)$|^timer@[^!]*!slow$")
 
 #: What one recorded decision may be given as: its chosen label, ``None`` (take
 #: the default there), or ``(enabled, chosen)`` as ``Trace.decisions`` lists it.
@@ -46,7 +48,8 @@ Recorded = str | None | tuple[Sequence[str], int]
 
 
 #: Names history hands out in a label: message ids (``deliver:m3(``) and timer deadlines.
-_NAMED = re.compile(r"(?:(?<=^deliver:)|(?<=^drop:)|(?<=^dup:))m\d+(?=\()|(?<=^timer@)[0-9.]+$")
+_NAMED = re.compile(
+    r"(?:(?<=^deliver:)|(?<=^drop:)|(?<=^dup:))m\d+(?=\()|(?<=^timer@)[0-9.]+(?=(?:!slow)?$)")
 _NUMBER = re.compile(r"\d+")
 
 

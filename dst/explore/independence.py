@@ -70,7 +70,9 @@ from .footprint import Footprint, conflict
 _WRITES = frozenset({"put", "cas", "delete"})
 _STORE_OP = re.compile(r"(get|put|cas|delete|scan)\((.*)\)", re.DOTALL)
 _MESSAGE = re.compile(r"(deliver|drop|dup):(m\d+)\((.*)\)", re.DOTALL)
-_TIMER = re.compile(r"timer@[0-9][0-9.e+-]*")
+#: The next timer, fired at rest or, as a slow fault, while other work could run:
+#: either way the clock moves to its deadline (two never commute: ``kind`` timer).
+_TIMER = re.compile(r"timer@[0-9][0-9.e+-]*(?:!slow)?")
 _CALL = re.compile(r"call:([^.!]+)\.[^!]*(?:!(?:fail|lose_reply|delay|repeat))?", re.DOTALL)
 
 

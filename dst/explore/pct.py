@@ -24,8 +24,8 @@ the simulated *processes*:
   the receiver's step, as an actor's dequeue is in actor-model PCT);
 - ``timer@T``: the ``timer`` actor;
 - every fault (``crash:``, ``restart:``, ``drop:``, ``dup:``, ``partition:``,
-  a call's ``!fail``, ``!lose_reply``, ``!delay``, ``!repeat`` variant): the
-  ``faults`` actor.
+  a call's ``!fail``, ``!lose_reply``, ``!delay``, ``!repeat`` variant, a timer
+  firing early, ``timer@T!slow``): the ``faults`` actor.
 
 With ``actors="task"`` (spec ``pct:actors=task``) every task is an actor of
 its own (``P/task``; a delivery belongs to ``b``'s main task ``b``), which
@@ -93,7 +93,7 @@ DEFAULT_WORLD = "weighted"
 #: Label prefixes of the kernel's own options (never a fake's data label).
 _KERNEL_HEADS = frozenset({"deliver", "drop", "dup", "crash", "restart", "partition"})
 _FAULT_PREFIXES = ("drop:", "dup:", "crash:", "restart:", "partition:")
-_CALL_FAULT = re.compile(r"!(fail|lose_reply|delay|repeat)$")
+_CALL_FAULT = re.compile(r"!(fail|lose_reply|delay|repeat|slow)$")
 _TIMER = re.compile(r"timer@[0-9]")
 
 #: What an actor is (see the module docstring); ``process`` is the default.

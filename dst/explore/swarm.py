@@ -10,7 +10,7 @@ runs without anyone naming them.
 
 Per seed, every fault kind the scenario's plan enables (crashes, drops,
 duplicates, partitions, each service's ``fail``/``lose_reply``/``delay``/
-``repeat``, preemptions at trio checkpoints) is switched on with probability
+``repeat``, preemptions at trio checkpoints, slow timers) is switched on with probability
 1/2, given a budget drawn uniformly from 1 to the plan's, and its weight
 multiplied by a factor drawn log-uniformly from 1/4 to 4.  Everything else of
 the plan (per-process and per-link budgets, crash points, ``faults_until``,
@@ -65,8 +65,8 @@ def swarm_plan(seed: int, base: FaultPlan) -> FaultPlan:
     changes: dict[str, object] = {}
     for budget, weight in (("max_crashes", "crash_weight"), ("max_drops", "drop_weight"),
                            ("max_dups", "dup_weight"), ("max_partitions", "partition_weight"),
-                           ("preemptions", "preempt_weight")):
-        plan_budget = int(getattr(base, budget))
+                           ("preemptions", "preempt_weight"), ("max_slow", "slow_weight")):
+        plan_budget = int(getattr(base, budget) or 0)  # max_slow=None: unbudgeted, kept
         if plan_budget > 0:
             changes[budget] = drawn = _budget(rng, plan_budget)
             scaled = _weight(rng, float(getattr(base, weight)))  # drawn either way

@@ -157,6 +157,9 @@ def plan_from_dict(recorded: Mapping[str, Any]) -> FaultPlan:
         raise UsageError(f"the trace's fault plan has {', '.join(map(repr, unknown))}, which "
                          "this dst does not know; replay it with the dst that recorded it")
     values = dict(recorded)
+    # A header without ``max_slow`` was written before timers were budgeted, when
+    # every timer could fire before runnable work: the plan it records is that.
+    values.setdefault("max_slow", None)
     try:
         for name in _TUPLE_FIELDS:
             if name in values:

@@ -53,11 +53,23 @@ class FaultPlan:
     #: Messages duplicated per run.
     max_dups: int = 0
     dup_weight: float = 0.2
-    #: Weight of "fire the next timer" while a task or a message could go first
-    #: (alone, a timer always has weight 1.0).  Below 1.0 for systems whose work
-    #: is quick next to their timeouts: a timeout still fires first sometimes,
-    #: but a run is not spent mostly on premature timeouts and resends.
+    #: With ``max_slow=None`` only (unbudgeted timers): the weight of "fire the
+    #: next timer" while a task or a message could go first (alone, a timer
+    #: always has weight 1.0).  A budgeted plan weighs that by ``slow_weight``.
     timer_weight: float = 1.0
+    #: "Slow" faults per run: the next timer fires while other work could still
+    #: run (a task at a choice point or held at a checkpoint, a message to
+    #: deliver), as if that work had taken longer than the timeout.  With none
+    #: left (the default: 0) a timer is offered only when nothing else can run,
+    #: so a 60 s timeout never fires before a reply that needs no virtual time.
+    #: None: unbudgeted, every timer may fire before runnable work at
+    #: ``timer_weight`` (how every plan behaved before this field; a trace
+    #: header without ``max_slow`` means this, so older traces replay as
+    #: recorded).
+    max_slow: int | None = 0
+    #: Weight of "the next timer fires now" beside runnable work, while the
+    #: slow budget lasts (against 1.0 for an ordinary option).
+    slow_weight: float = 0.2
     #: Preemptions at trio checkpoints per run.  While any are left, every task
     #: of the system that trio would run next (after ``trio.sleep(0)``, a lock,
     #: an event, a channel operation, a new task, a cancellation) is held at a
@@ -122,6 +134,11 @@ class FaultPlan:
     calm_by: float = 300.0
 
     def __post_init__(self) -> None:
+        if self.max_slow is not None and (isinstance(self.max_slow, bool)
+                                          or not isinstance(self.max_slow, int)
+                                          or self.max_slow < 0):
+            raise ValueError(f"FaultPlan(max_slow=...) is a budget, an integer 0 or more (or "
+                             f"None: unbudgeted), not {self.max_slow!r}")
         if not 0.0 <= self.calm_by < float("inf"):
             raise ValueError(f"FaultPlan(calm_by=...) is a virtual time, 0 or more and finite, "
                              f"not {self.calm_by!r}")
@@ -139,13 +156,19 @@ class FaultPlan:
         for name in _OMITTED_WHEN_DEFAULT:
             if out[name] == _DEFAULTS[name]:
                 del out[name]
+        # ``max_slow`` is always written, and absent only for unbudgeted timers:
+        # what a header written before it existed means (see the field).
+        if out["max_slow"] is None:
+            del out["max_slow"]
+        if out["slow_weight"] == _DEFAULTS["slow_weight"]:
+            del out["slow_weight"]
         out.update({k: dict(v) for k, v in out.items() if isinstance(v, Mapping)})
         out.update({k: list(v) for k, v in out.items() if isinstance(v, tuple)})
         return out
 
     @property
     def has_faults(self) -> bool:
-        return bool(self.max_crashes or self.max_drops or self.max_dups
+        return bool(self.max_crashes or self.max_drops or self.max_dups or self.max_slow
                     or self.max_partitions or self.max_resets or self.max_segment_delays or any(
                         sf.fail or sf.lose_reply or sf.delay or sf.repeat
                         for sf in self.services.values()))
@@ -168,6 +191,8 @@ class FaultPlan:
             kinds = [f"{k}<={sf.budget(k)}" for k in SERVICE_FAULTS if sf.budget(k)]
             if kinds:
                 parts.append(f"{name}: " + " ".join(kinds))
+        if self.max_slow:
+            parts.append(f"slow timers<={self.max_slow}")
         if self.preemptions:
             parts.append(f"preemptions<={self.preemptions}")
         return ", ".join(parts) or "no faults"

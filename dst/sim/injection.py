@@ -17,7 +17,7 @@ import trio.lowlevel as ll
 
 from . import trio_internals
 from .faults import SERVICE_FAULTS
-from .options import CALL_FAULT, CRASH, PARTITION, RESTART, TASK, TIMER, WATCH, by_label
+from .options import CALL_FAULT, CRASH, PARTITION, RESTART, SLOW, TASK, TIMER, WATCH, by_label
 from .process import CRASHED, RUNNING, Process
 from .state import SimState
 
@@ -67,13 +67,24 @@ class FaultInjection(SimState):
                     sockets.add_faults(options, task, label)  # type: ignore[union-attr]
         if self.net.in_flight:
             self.net.add_options(options, faulty)
-        timer_at = len(options)
+        timer_at = -1
         if not math.isinf(deadline):
-            weight = plan.timer_weight if options else 1.0
+            # Every option listed so far is work that can go now (a parked call or a
+            # message, with its fault variants), and so is a held task.  The timer
+            # goes beside it only as a "slow" fault (``FaultPlan.max_slow``).
             timer = self._timer_label
             if timer is None or timer[0] != deadline:
                 timer = self._timer_label = (deadline, f"timer@{deadline:.3f}")
-            options.append((timer[1], weight, TIMER, deadline))
+            if self._slow_timers:  # unbudgeted: as every plan before ``max_slow``
+                timer_at = len(options)
+                options.append((timer[1], plan.timer_weight if options else 1.0, TIMER,
+                                deadline))
+            elif not options and not self._held:
+                timer_at = len(options)
+                options.append((timer[1], 1.0, TIMER, deadline))
+            elif self.slow_left > 0 and faulty:
+                timer_at = len(options)
+                options.append((timer[1] + "!slow", plan.slow_weight, SLOW, deadline))
         if self.crashes_left > 0 or self.crashed:
             may_crash = faulty and self.crashes_left > 0
             # Without crash_only, crash_at or per-process budgets, crashable is the test.
@@ -107,7 +118,7 @@ class FaultInjection(SimState):
         (``Scheduler._schedule``), which is no choice.
         """
         due = min(self._watches.values())
-        if due < deadline and not math.isinf(deadline):
+        if timer_at >= 0 and due < deadline:
             del options[timer_at]
         if self._held:
             return

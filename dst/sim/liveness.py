@@ -39,7 +39,7 @@ class Liveness(SimState):
         if not self.faults_allowed():
             return False
         if not (self.crashes_left > 0 or self.drops_left > 0 or self.dups_left > 0
-                or self._more_faults):
+                or self.slow_left > 0 or self._more_faults):
             return False
         return self._fault_possible()
 
@@ -69,6 +69,8 @@ class Liveness(SimState):
                 return True
         if not alive:
             return False
+        if self.slow_left > 0:
+            return True  # a timer may fire early while anything lives
         if self.partitions_left > 0 and (not plan.partition_of or any(
                 p.name in plan.partition_of for p in alive)):
             return True

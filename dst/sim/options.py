@@ -18,6 +18,9 @@ import trio.lowlevel as ll
 Option = tuple[str, float, int, Any]
 
 TASK, TIMER, DELIVER, DROP, DUP, CRASH, RESTART, HELD, CALL_FAULT, PARTITION, WATCH = range(11)
+#: The next timer fired while other work could run (``FaultPlan.max_slow``): a
+#: ``timer@T!slow`` option, whose target is the deadline.
+SLOW = 12
 #: A fault of a parked socket send (``dst.sim.sockets``): its target is ``(task, kind)``.
 SOCKET_FAULT = 11
 #: A ready callback of an asyncio process's loop run next (``dst.sim.aio``): its

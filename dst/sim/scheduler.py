@@ -34,6 +34,7 @@ from .options import (
     PARTITION,
     READY,
     RESTART,
+    SLOW,
     SOCKET_FAULT,
     TASK,
     TIMER,
@@ -464,6 +465,12 @@ class Scheduler(SimState):
         elif kind == WATCH:
             clock.now = target  # before every timer of the system's (``_add_watch``)
             self._wake_watches(target)
+        elif kind == SLOW:
+            self.slow_left -= 1
+            self.fault("slow", option[0].partition("!")[0], "fired while other work could run")
+            clock.now = target
+            if self._sleepers:
+                self._wake_sleepers(target)
         elif kind == SOCKET_FAULT:
             assert self._sockets is not None
             self._sockets.perform_fault(target)

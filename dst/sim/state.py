@@ -53,11 +53,11 @@ class SimState:
         "_eventually", "_faults_end", "_held", "_hold_watch", "_incarnation_of", "_invariants",
         "_keeper", "_label_owner", "_link_drops", "_link_dups", "_more_faults", "_nursery",
         "_parked", "_pending", "_process_crashes", "_releasing", "_said", "_service_faults",
-        "_spin_counts", "_spinning", "_starting", "_stopping", "_suffers", "_task_labels",
-        "_waiting", "_watch", "_watched", "_watches", "calm_at", "crashed", "crashes_left",
-        "cut_off", "divergence", "drops_left", "dups_left", "ended", "error", "faults",
-        "max_steps", "net", "partitions_left", "preemptions_left", "processes", "records", "seed",
-        "services", "step", "stores", "strategy", "violated",
+        "_slow_timers", "_spin_counts", "_spinning", "_starting", "_stopping", "_suffers",
+        "_task_labels", "_waiting", "_watch", "_watched", "_watches", "calm_at", "crashed",
+        "crashes_left", "cut_off", "divergence", "drops_left", "dups_left", "ended", "error",
+        "faults", "max_steps", "net", "partitions_left", "preemptions_left", "processes", "records",
+        "seed", "services", "slow_left", "step", "stores", "strategy", "violated",
     )
 
     #: The run's simulated TCP network (``dst.sim.sockets``), made when a process
@@ -99,6 +99,11 @@ class SimState:
         self.crashed: set[str] = set()
         self.drops_left = faults.max_drops
         self.dups_left = faults.max_dups
+        #: "Slow" faults left: a timer firing while other work could run.  With
+        #: ``max_slow=None`` (``_slow_timers``) every timer may, unbudgeted, as
+        #: plans did before the budget existed.
+        self.slow_left = faults.max_slow or 0
+        self._slow_timers = faults.max_slow is None
         #: An error raised by a check or the strategy inside trio's loop.
         self.error: BaseException | None = None
         self._invariants: list[tuple[str, Invariant]] = []

@@ -210,13 +210,13 @@ def _write(full: Scenario, ref: str, run: RunResult, path: Path) -> tuple[str, s
 
 def bounds_for(scenario: Scenario, config: Mapping[str, Any], search: Search,
                budget: float | None = None) -> exhaustive.Bounds:
-    """The exploration bounds of a row: the scenario's own fault budgets, as its switches
-    set them, and the map's step bound and preemptions."""
+    """The exploration bounds of a row: the scenario's own fault budgets (slow timers
+    included), as its switches set them, and the map's step bound and preemptions."""
     plan = scenario.fault_plan(config)
     return exhaustive.Bounds(
         max_steps=search.max_steps or scenario.max_steps, crashes=plan.max_crashes,
-        drops=plan.max_drops, dups=plan.max_dups, preemptions=search.preemptions,
-        service_faults=search.service_faults, budget=budget)
+        drops=plan.max_drops, dups=plan.max_dups, slow=plan.max_slow,
+        preemptions=search.preemptions, service_faults=search.service_faults, budget=budget)
 
 
 def _code_job(conf: Conformance, ref: str, config: dict[str, Any], invariant: str,

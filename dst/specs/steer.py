@@ -15,7 +15,8 @@ next step not yet taken:
   asks for a step only the fault takes;
 * otherwise it runs the task of the step's actor, or, while that actor has no
   task yet or its task waits, the plumbing that brings it on (a user's send, a
-  delivery, a timer, another task that is no actor), never another actor's
+  delivery, a timer, even one fired early as a slow fault, another task that is
+  no actor), never another actor's
   task, a fault, or an option that would take a step the story does not ask
   for now.
 
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dst.explore.follow import default_index, is_fault
+from dst.explore.follow import default_index, is_fault, is_timer
 from dst.runner.single import RunResult
 from dst.scenario import Scenario
 from dst.sim.faults import FaultPlan
@@ -128,8 +129,14 @@ class Steer:
         return chosen
 
     def _quiet(self, label: str) -> bool:
-        """An option the steer may take on the way: no fault, and no step of a story."""
-        return not is_fault(label) and not option_actions(self.conf, label)
+        """An option the steer may take on the way: no fault, and no step of a story.
+
+        A timer that fires while other work could run (``timer@T!slow``) counts as
+        plumbing, not as a fault: a spec has no time, and its stories interleave
+        actors whatever their work would take (a second turn restoring while the
+        first is still running needs the user's next message to come in early).
+        """
+        return (not is_fault(label) or is_timer(label)) and not option_actions(self.conf, label)
 
     def choose(self, step: int, labels: Sequence[str], weights: Sequence[float] | None) -> int:
         self._catch_up()

@@ -43,6 +43,7 @@ FAULT_KINDS = frozenset({
     "partitioned",  # a message sent across the partition was lost
     "service",      # a service call failed, lost its reply, ran twice or replied late
     "tcp",          # a TCP connection was reset, delayed, cut or closed by a crash
+    "slow",         # a timer fired while other work could run (target: the timer)
 })
 
 #: Why a run ended (the footer's ``ended``).

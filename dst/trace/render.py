@@ -57,6 +57,7 @@ _FAULTS = {
     "heal": "partition of {target} healed",
     "partitioned": "message {target} lost to the partition ({detail})",
     "service": "service {target}: {detail}",
+    "slow": "SLOW: {target} {detail}",
     "tcp": "connection {target}: {detail}",
 }
 

@@ -21,14 +21,18 @@ from typing import Any
 import structlog
 import trio
 
-from dst import Env, Scenario, Sim
+from dst import Env, FaultPlan, Scenario, Sim
 
 log = structlog.get_logger()
 
 JOBS = 3
 HEARTBEAT = 5.0
 
-scenario = Scenario("channel_cancel", doc="a timeout cancels a worker holding a job")
+# The window is one checkpoint wide, and the worker is runnable all through it:
+# the heartbeat timeout fires there only if the worker is slow (a stalled
+# process), one "slow" fault (see FaultPlan.max_slow).
+scenario = Scenario("channel_cancel", doc="a timeout cancels a worker holding a job",
+                    faults=FaultPlan(max_slow=1))
 scenario.switch("fixed", True, doc="pass the pause gate before taking a job, not after")
 scenario.planted_bug({"fixed": False}, breaks=["NoJobLost"],
                      doc="a cancellation point between taking a job and keeping it")

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 import trio
 
-from dst import Env, Scenario, Sim
+from dst import Env, FaultPlan, Scenario, Sim
 
 log = structlog.get_logger()
 
@@ -30,7 +30,11 @@ TOTAL = sum(START.values())
 MOVES = (("chat-a", "chat-b", 150), ("chat-c", "chat-b", 100))
 ROUNDS = 2
 
-scenario = Scenario("half_update", doc="a deadline tears an in-memory move in two")
+# The rebalance is runnable all through its window (a ``trio.sleep(0)``): the
+# deadline expires there only if the rebalance is slow, one "slow" fault (see
+# FaultPlan.max_slow).
+scenario = Scenario("half_update", doc="a deadline tears an in-memory move in two",
+                    faults=FaultPlan(max_slow=1))
 scenario.switch("fixed", True, doc="yield between moves, never inside one")
 scenario.planted_bug({"fixed": False}, breaks=["AllowanceConserved"],
                      doc="a cancellation point between the two halves of a move")

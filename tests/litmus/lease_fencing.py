@@ -30,9 +30,7 @@ RETRY, REPLY_TIMEOUT = 4.0, 1.0  # seconds between two acquires; waiting for a r
 
 scenario = Scenario(
     "lease_fencing", doc="an expired lease holder writes after the next holder",
-    # Its work is quick next to its timeouts: a timer goes first less often (see FaultPlan).
-    faults=FaultPlan(max_partitions=1, partition_seconds=30.0, partition_of=("w1", "w2"),
-                     timer_weight=0.1),
+    faults=FaultPlan(max_partitions=1, partition_seconds=30.0, partition_of=("w1", "w2")),
 )
 scenario.switch("fixed", True, doc="storage checks each write's fencing token")
 scenario.planted_bug({"fixed": False}, breaks=["NoStaleWrite"],
