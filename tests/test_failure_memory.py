@@ -125,11 +125,9 @@ def test_max_groups_bounds_the_summary_the_reports_and_the_traces(
     # JUnit: well formed, a failing test case per group and one for the rest, and
     # never more failures than tests.
     root = ET.parse(xml).getroot()
-    [suite] = root.findall("testsuite")
-    for element in (root, suite):
-        tests, failures = int(element.get("tests") or 0), int(element.get("failures") or 0)
-        assert (tests, failures) == (MAX + 1, MAX + 1)
-        assert failures <= tests
+    [suite] = root.findall("testsuite")  # <testsuites> counts nothing: Ant's schema
+    tests, failures = int(suite.get("tests") or 0), int(suite.get("failures") or 0)
+    assert (tests, failures) == (MAX + 1, MAX + 1)
     cases = suite.findall("testcase")
     assert len(cases) == len(list(suite.iter("failure"))) == MAX + 1
     rest = [c for c in cases if (c.get("name") or "").endswith("groups not kept")]

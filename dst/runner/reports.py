@@ -182,7 +182,16 @@ def _markdown_story(g: Report, replay_of: Callable[[Path], str]) -> list[str]:
 def junit(facts: RunFacts) -> str:
     """JUnit XML: a failing test case per group (and one for the failing seeds in groups
     not kept); the scenario and config's own test case when nothing failed or a worker
-    had to be stopped (its error).  Every count is of test cases: failures <= tests."""
+    had to be stopped (its error).  Every count is of test cases: failures <= tests.
+
+    Valid under both schemas CI servers read: Jenkins' (``junit-10.xsd``) and the
+    stricter one of Ant's JUnit task (``JUnit.xsd``).  So ``<testsuites>`` has no
+    attributes (Ant's allows none), the suite has every attribute Ant requires
+    (``package``, ``id``, ``timestamp`` in UTC without a zone, ``hostname``) and ends
+    with ``<system-out>`` and ``<system-err>``, and a test case holds one
+    ``<failure>`` or ``<error>`` at most, each with its ``type``."""
+    import socket
+    import time
     import xml.etree.ElementTree as ET  # only for --junit
 
     unkept = facts.not_kept_line()
@@ -190,9 +199,11 @@ def junit(facts: RunFacts) -> str:
     errors = 1 if facts.stalled else 0
     tests = failures + (1 if errors or not failures else 0)
     seconds = f"{facts.seconds:.3f}"
-    suites = ET.Element("testsuites", name="dst run", tests=str(tests),
-                        failures=str(failures), errors=str(errors), time=seconds)
+    began = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - facts.seconds))
+    suites = ET.Element("testsuites")
     suite = ET.SubElement(suites, "testsuite", name=_xml(f"dst run {facts.scenario}"),
+                          package="dst", id="0", timestamp=began,
+                          hostname=_xml(socket.gethostname()) or "localhost",
                           tests=str(tests), failures=str(failures), errors=str(errors),
                           skipped="0", time=seconds)
     props = ET.SubElement(suite, "properties")
@@ -226,6 +237,8 @@ def junit(facts: RunFacts) -> str:
                              name=_xml(f"{facts.title} groups not kept"), time=seconds)
         ET.SubElement(case, "failure", message=unkept,
                       type=_xml(", ".join(sorted(facts.not_kept))))
+    ET.SubElement(suite, "system-out")
+    ET.SubElement(suite, "system-err")
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=False) + "\n"
 
