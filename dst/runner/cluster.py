@@ -65,6 +65,7 @@ from ..registry import describe_exception
 from .bulk import GRACE, BulkSummary, SeedOutcome, seed_chunks
 from .cluster_worker import (
     START_WORKER,
+    binding,
     chunk_task,
     events_topic,
     forget,
@@ -145,12 +146,13 @@ def _reason(exc: BaseException) -> str:
 def _check_workers(client: Client, address: str, ref: str, hash_seed: int,
                    worker_timeout: float) -> None:
     """Refuse to start unless each worker present can run the scenario as ``dst`` would."""
-    start = START_WORKER.format(hash_seed=hash_seed, address=address)
+    start = START_WORKER.format(hash_seed=hash_seed, address=address, binding="")
     try:
         client.wait_for_workers(1, timeout=worker_timeout)
     except TimeoutError:
         raise UsageError(f"no Dask worker joined the scheduler at {address} within "
-                         f"{worker_timeout:g}s; start some with `{start}`") from None
+                         f"{worker_timeout:g}s; start some with `{start} --host H "
+                         "--dashboard-address H:0`, H each machine's own address") from None
     threads = client.nthreads()
     facts = client.run(worker_facts, ref, hash_seed, on_error="return")
     for where, fact in sorted(facts.items()):
@@ -163,6 +165,8 @@ def _check_workers(client: Client, address: str, ref: str, hash_seed: int,
         if fact["hash_seed"] is not None:
             raise UsageError(fact["hash_seed"])
         if threads.get(where, 1) != 1:
+            start = START_WORKER.format(hash_seed=hash_seed, address=address,
+                                        binding=binding(where))
             raise UsageError(f"Dask worker {where} runs {threads[where]} threads, but a "
                              f"process runs one simulation at a time: start workers as "
                              f"`{start}`")

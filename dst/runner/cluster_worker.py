@@ -4,11 +4,23 @@ Dask ships these functions to the workers by name: one chunk of seeds at a
 time, under a watchdog thread that stops a chunk whose run was stopped or whose
 deadline passed, and reports a seed stuck past its timeout.  What the submitting
 process sends and reads back is in :mod:`dst.runner.cluster`.
+
+A worker that closes (SIGTERM, Ctrl-C, its scheduler gone) waits for the task in
+its thread before it exits, up to Dask's close timeout (30 s).  So the watchdog
+stops the chunk after its current seed as soon as the worker is closing, and a
+seed still running :data:`CLOSE_GRACE` seconds later (a loop without ``await``)
+is interrupted: an exception raised in its thread, which ends the chunk.  The
+chunk's result is never delivered (the worker cancels the task, and the
+scheduler gives the chunk to another worker), and the task raises rather than
+answer with part of a chunk.  Only code that holds the GIL in one C call can
+keep a worker from exiting then; Dask's timeout, or a signal, ends it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import re
 import threading
 import time
 from typing import Any
@@ -23,11 +35,37 @@ from .workers import Beat
 
 #: How often the watchdog in a worker process looks at the chunk it is running.
 _WATCH = 0.5
+#: Once the worker is closing, how long a seed may go on before its thread is
+#: interrupted (the chunk was asked to stop after it).
+CLOSE_GRACE = 2.0
+#: Worker states in which it is going away: its tasks' results are not delivered.
+_CLOSING = frozenset({"closing", "closed", "failed"})
+
+
+class WorkerClosing(BaseException):
+    """Raised in a chunk's thread, and by its task, when its worker closes mid-chunk.
+
+    A ``BaseException``: the code under test catching ``Exception`` must not
+    swallow it.
+    """
 
 #: How to start a worker, one per core.  Without a nanny: a nanny starts its worker
 #: process under ``PYTHONHASHSEED=6640`` when the variable is unset or 0 (Dask's
 #: choice, for hashing that agrees across workers), whatever the shell says.
-START_WORKER = "PYTHONHASHSEED={hash_seed} dask worker {address} --nthreads 1 --no-nanny"
+START_WORKER = ("PYTHONHASHSEED={hash_seed} dask worker {address} --nthreads 1 --no-nanny"
+                "{binding}")
+
+
+def binding(worker_address: str | None) -> str:
+    """`` --host H --dashboard-address H:0`` for a worker at ``worker_address``: every
+    port it opens on that address, none on all interfaces (``docs/cluster.md``); empty
+    when the worker's address is not known."""
+    found = re.fullmatch(r"[a-z]+://\[?([^\]]*?)\]?:\d+", worker_address or "")
+    if found is None or not found.group(1):
+        return ""
+    host = found.group(1)
+    at = f"[{host}]" if ":" in host else host
+    return f" --host {host} --dashboard-address {at}:0"
 
 #: The hash seed a Dask nanny gives its worker process in place of 0.
 _NANNY_HASH_SEED = 6640
@@ -50,6 +88,11 @@ class _WorkerBeat(Beat):
         self.run_id, self.stop_at, self.seed_timeout = run_id, stop_at, seed_timeout
         self.ticks, self.current, self.stop = 0, -1, False
         self.seen, self.since, self.reported = 0, time.monotonic(), False
+        #: The thread running the chunk; since when its worker is closing (None: it
+        #: is not); whether that thread was interrupted.
+        self.thread = threading.get_ident()
+        self.closing: float | None = None
+        self.interrupted = False
 
     @property
     def stopped(self) -> bool:
@@ -76,13 +119,37 @@ def events_topic(run_id: str) -> str:
     return f"dst-{run_id}"
 
 
+def _closing(worker: Any) -> bool:
+    return getattr(getattr(worker, "status", None), "name", "") in _CLOSING
+
+
+def _interrupt(thread: int) -> None:
+    """Raise :class:`WorkerClosing` in ``thread`` at its next Python instruction."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
+                                               ctypes.py_object(WorkerClosing))
+
+
 def _watch(worker: Any) -> None:
-    """Stop chunks past their deadline or whose run was stopped; report stuck seeds."""
+    """Stop chunks past their deadline or whose run was stopped; report stuck seeds;
+    when the worker closes, stop its chunk and interrupt a seed that goes on."""
     while True:
         time.sleep(_WATCH)
+        closing = _closing(worker)
         with _STATE:
             running = list(_RUNNING.items())
-        now, wall = time.monotonic(), time.time()
+            now, wall = time.monotonic(), time.time()
+            for _key, beat in running:
+                if not closing:
+                    break
+                beat.stop = True
+                if beat.closing is None:
+                    beat.closing, beat.seen = now, beat.ticks
+                elif (not beat.interrupted and beat.ticks == beat.seen
+                      and now - beat.closing > CLOSE_GRACE):
+                    beat.interrupted = True  # under _STATE: the chunk is still running
+                    _interrupt(beat.thread)
+        if closing:
+            continue
         for key, beat in running:
             if beat.run_id in _STOPPED or (beat.stop_at is not None and wall >= beat.stop_at):
                 beat.stop = True
@@ -113,7 +180,8 @@ def _wrong_hash_seed(worker: Any, wanted: int) -> str | None:
     what = "a random hash seed" if mine is None else f"hash seed {mine}"
     if mine == _NANNY_HASH_SEED:
         what += " (a Dask nanny's)"
-    start = START_WORKER.format(hash_seed=wanted, address=worker.scheduler.address)
+    start = START_WORKER.format(hash_seed=wanted, address=worker.scheduler.address,
+                                binding=binding(worker.address))
     return (f"Dask worker {worker.address} runs under {what}, but every seed runs under "
             f"hash seed {wanted}: start workers as `{start}`, one per core")
 
@@ -142,13 +210,18 @@ def chunk_task(run_id: str, ref: str, config: dict[str, Any], seeds: list[int],
                 load(ref)
             except DstError as err:
                 return ("error", err.exit_code, f"Dask worker {worker.address}: {err}")
-            return ("ok", run_chunk(ref, config, seeds, beat=beat, strategy=strategy,
-                                    keep=keep, scenario_file=scenario_file))
+            outcomes = run_chunk(ref, config, seeds, beat=beat, strategy=strategy,
+                                 keep=keep, scenario_file=scenario_file)
         except DstError as err:
-            return ("error", err.exit_code, str(err))
+            if beat.closing is None:
+                return ("error", err.exit_code, str(err))
+            outcomes = []  # the interruption, reported as the scenario's own error
         finally:
             with _STATE:
                 _RUNNING.pop(key, None)
+        if beat.closing is not None:  # never part of a chunk for the whole of it
+            raise WorkerClosing(f"Dask worker {worker.address} closed during {key}")
+        return ("ok", outcomes)
 
 
 def worker_facts(ref: str, hash_seed: int, dask_worker: Any = None) -> dict[str, Any]:
