@@ -6,9 +6,11 @@ measures say how far it went, both cheap enough to leave on:
 - **Probes.** ``dst.sometimes(condition, name)``, called from the code under test
   or a fake, says "a run should sometimes get here with this true" (FoundationDB's
   code probes, Antithesis's *sometimes* assertions).  A probe is *declared* once
-  ``sometimes`` is called with it in any run, and *reached* once it is called
-  with a true condition; a declared probe that no run reached is a part of the
-  system the search never exercised, whatever its verdicts say.  The first time a
+  ``sometimes`` is called with it in any run, or up front by the scenario
+  (``scenario.sometimes(name)``: then a probe whose code no run executes is
+  reported too), and *reached* once it is called with a true condition; a
+  declared probe that no run reached is a part of the system the search never
+  exercised, whatever its verdicts say.  The first time a
   probe holds in a run it is recorded in the trace as an ``event`` from actor
   ``probe`` (``sometimes NAME``), so replay checks it like any other record and
   ``dst show`` tells it; later calls in the run record nothing.  Outside a run

@@ -152,6 +152,9 @@ class Scenario:
     invariants: dict[str, Check] = field(default_factory=dict)
     end_checks: dict[str, Check] = field(default_factory=dict)
     eventual_checks: dict[str, tuple[Check, float]] = field(default_factory=dict)
+    #: Coverage probes declared up front (:meth:`sometimes`), name -> what reaching it
+    #: means: reported as never reached when no run calls ``dst.sometimes`` with them.
+    probes: dict[str, str] = field(default_factory=dict)
     #: ``fn(world)`` naming the abstract state the system is in (see :meth:`fingerprint`).
     fingerprint_of: Check | None = None
     #: ``fn(world)`` naming the objects the processes share, an *exact* fingerprint:
@@ -172,6 +175,20 @@ class Scenario:
             if key not in self.switches:
                 raise ValueError(f"planted bug of {self.name} names unknown switch {key!r}")
         self.planted_bugs.append(PlantedBug(dict(config), tuple(breaks), doc))
+
+    def sometimes(self, *names: str, doc: str = "") -> None:
+        """Declare coverage probes: each must be reached (``dst.sometimes(True, name)``
+        in some run) or the run summary lists it as never reached.
+
+        A probe ``dst.sometimes`` calls is declared by the call itself, so a probe
+        whose code no run ever executes would go unreported; declared here, it is
+        reported however far the runs got.  ``doc`` says what reaching it means.
+        """
+        for name in names:
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"a probe of {self.name} is named by a non-empty string, "
+                                 f"not {name!r}")
+            self.probes[name] = doc
 
     def setup(
         self, fn: Callable[[Sim, dict[str, Any]], Any]

@@ -271,8 +271,15 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
                    f"{summary.runs:,} seeds replayed identically")
 
 
+def _declared_probes(scen: Scenario, summary: BulkSummary) -> None:
+    """The scenario's probes declared up front (``scenario.sometimes``) count as declared,
+    whether or not a run ever called them."""
+    summary.probes_declared.update(scen.probes)
+
+
 def _print_coverage(scen: Scenario, summary: BulkSummary) -> None:
     """What the runs reached: probes never reached, distinct states (``dst.coverage``)."""
+    _declared_probes(scen, summary)
     declared = summary.probes_declared
     if declared:
         never = summary.probes_never_reached
@@ -289,6 +296,7 @@ def json_document(run: Invocation, scen: Scenario, config: dict[str, Any],
                   summary: BulkSummary, groups: list[Report], seconds: float,
                   resumed: int) -> str:
     """``dst run --json``: the run, its groups, and the failures whose traces are kept."""
+    _declared_probes(scen, summary)
     again = run.command_line()
     kept = sorted((seed, steps, path, i, g) for i, g in enumerate(groups, 1)
                   for steps, seed, path in g.kept)
