@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import functools
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MethodType
@@ -21,6 +22,7 @@ from typing import Any, overload
 from .errors import UsageError
 from .sim.faults import NO_FAULTS, FaultPlan
 from .sim.kernel import Sim
+from .sim.outside import CodeOwners, owners_for
 from .sim.state import DEFAULT_MAX_STEPS
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -162,6 +164,16 @@ class Scenario:
     #: system does next (``@scenario.fingerprint(exact=True)``).
     state_of: Check | None = None
     _setup: Callable[[Sim, dict[str, Any]], Any] | None = None
+    #: Which code is the user's: its reads of the real world (clocks, entropy,
+    #: threads) inside a run are refused, while an installed library's get the
+    #: simulation's values (``docs/scenarios.md``, "Real libraries").  None: the
+    #: scenario's module, its package and directory, and code not installed in
+    #: site-packages; else module names (with their submodules) and paths (files
+    #: or directories, relative to the scenario's file), and nothing else.
+    user_code: Sequence[str | os.PathLike[str]] | None = None
+    #: False: the user's reads get the simulation's values too, instead of failing
+    #: the run with ``Nondeterminism``.
+    strict: bool = True
 
     # -- declaring -----------------------------------------------------------
 
@@ -315,10 +327,21 @@ class Scenario:
     def fault_plan(self, config: Mapping[str, Any]) -> FaultPlan:
         return self.faults(dict(config)) if callable(self.faults) else self.faults
 
+    def code_owners(self) -> CodeOwners:
+        """Which code is the user's in this scenario's runs (see ``user_code``)."""
+        user = self.user_code
+        key = (_origin(self._setup), None if user is None else tuple(map(str, user)),
+               self.strict)
+        owners = _OWNERS.get(key)
+        if owners is None:
+            owners = _OWNERS[key] = owners_for(key[0], user, self.strict)
+        return owners
+
     def build(self, sim: Sim, config: Mapping[str, Any]) -> Any:
         """Start the system on ``sim`` and register the checks against its world."""
         if self._setup is None:
             raise UsageError(f"scenario {self.name} has no @scenario.setup function")
+        sim.code_owners = self.code_owners()
         world = self._setup(sim, config if isinstance(config, dict) else dict(config))
         bind = _binder(world)
         for name, fn in self.invariants.items():
@@ -333,6 +356,19 @@ class Scenario:
 
             watch_states(sim, self.name, bind(self.fingerprint_of, world))
         return world
+
+
+#: Each scenario's rule, by where it lives and what it declares (made once per process).
+_OWNERS: dict[tuple[Any, ...], CodeOwners] = {}
+
+
+def _origin(setup: Callable[..., Any] | None) -> tuple[str, str] | None:
+    """Where the scenario lives: its ``setup``'s module and file."""
+    code = getattr(setup, "__code__", None)
+    module = getattr(setup, "__module__", None)
+    if code is None or not isinstance(module, str):
+        return None
+    return module, code.co_filename
 
 
 def _binder(world: Any) -> Callable[[Check, Any], Callable[[], object]]:

@@ -9,6 +9,13 @@ subprocess and network entry points each stop the run with the built-in
 violation ``Nondeterminism`` and raise :class:`NondeterminismError`, naming the
 call, the site in the user's code and what to use instead.
 
+That is for the user's own code.  The same read made by an installed library
+(an SDK's request id, httpx's connection expiry, a thread that computes a
+platform string) is plumbing, and gets its value from the simulation instead:
+virtual time, entropy seeded from the run, a thread's function run inline
+(``dst.sim.outside``, which also says whose code is whose).  Threads,
+subprocesses, sockets and files stay refused whoever asks.
+
 How: the guard swaps module and class attributes (``time.time``,
 ``random.random``, ``datetime.datetime``, ``threading.Thread.start``, ...) for
 traps, and also every reference to them that non-standard-library modules hold
@@ -20,7 +27,12 @@ behaves exactly like the original once the guard is gone.
 Clock aliases of ``datetime`` (``NOW = datetime.datetime.now``, ``UTCNOW =
 datetime.utcnow``, ``TODAY = date.today`` at a user module's top level) are
 trapped like ``from time import time``; see :func:`_clock_alias` for why they
-need their own test.
+need their own test.  References bound before the run inside functions and
+classes of those modules are swapped too: a function's default arguments and
+closure cells (``def f(clock=time.time)``; a dataclass's generated
+``__init__`` holds ``field(default=time.time)`` there, and a ``default_factory``
+in a closure cell), a class's attributes (a dataclass default) and its
+dataclass fields (:func:`_swap_inside`).
 
 Who may call what:
 
@@ -65,6 +77,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from ..errors import NondeterminismError
+from . import outside
 from .kernel import ACTIVE
 from .sockets.install import numeric_lookups, simulating
 
@@ -152,6 +165,13 @@ def _culprit(
     return frame, inner
 
 
+def _virtualised(frame: types.FrameType) -> bool:
+    """Whether a read blamed on ``frame`` gets the simulation's value instead of being
+    refused: a library's read, or any read under a scenario that is not strict."""
+    owners = ACTIVE[-1].code_owners or outside.DEFAULT_OWNERS
+    return not owners.strict_for(_module_of(frame), frame.f_code.co_filename)
+
+
 def _fire(
     what: str, instead: str, frame: types.FrameType, inner: types.FrameType | None
 ) -> NoReturn:
@@ -191,6 +211,7 @@ class _Trap:
         *,
         entry_point: bool = False,
         reads: Predicate | None = None,
+        virtual: Callable[..., Any] | None = None,
     ) -> None:
         self.what = what
         self.original = original
@@ -198,6 +219,8 @@ class _Trap:
         self.entry_point = entry_point
         #: Whether a call with these arguments reads the real world (default: always).
         self.reads = reads
+        #: What a library's call gets instead (``dst.sim.outside``); None: refused too.
+        self.virtual = virtual
         self.__wrapped__ = original
         self.__name__ = getattr(original, "__name__", what)
         self.__qualname__ = getattr(original, "__qualname__", what)
@@ -210,6 +233,9 @@ class _Trap:
                 and get_ident() == _GUARDED_THREAD:
             blame = _culprit(sys._getframe(1), self.entry_point)
             if blame is not None:
+                virtual = self.virtual
+                if virtual is not None and _virtualised(blame[0]):
+                    return virtual(*args, **kwargs)
                 _fire(self.what, self.instead, *blame)
         return self.original(*args, **kwargs)
 
@@ -254,34 +280,50 @@ class _StandIn(type):
         return issubclass(sub, real) if real is not None else type.__subclasscheck__(cls, sub)
 
 
-def _datetime_read(what: str, frame: types.FrameType | None) -> None:
-    if _DEPTH and get_ident() == _GUARDED_THREAD:
+def _datetime_read(what: str, frame: types.FrameType | None) -> bool:
+    """Judge a clock read of ``datetime``'s: True when it gets the virtual time (a
+    library's), False when it reads the real clock (outside a run, or exempt code);
+    the user's raises."""
+    if _DEPTH and ACTIVE and get_ident() == _GUARDED_THREAD:
         blame = _culprit(frame, False)
         if blame is not None:
+            if _virtualised(blame[0]):
+                return True
             _fire(what, _CLOCK, *blame)
+    return False
+
+
+def _real(cls: type) -> Any:
+    """The class a virtual reading is made of: the real one for the stand-in itself (as
+    its real clock reading would be), a subclass made during the run for itself."""
+    return _STANDS_FOR.get(cls, cls)
 
 
 class _GuardedDatetime(_dt.datetime, metaclass=_StandIn):
     @classmethod
     def now(cls, tz: Any = None) -> Any:
-        _datetime_read("datetime.datetime.now()", sys._getframe(1))
+        if _datetime_read("datetime.datetime.now()", sys._getframe(1)):
+            return outside.now(_real(cls), tz)
         return _REAL_DATETIME.now(tz)
 
     @classmethod
     def utcnow(cls) -> Any:
-        _datetime_read("datetime.datetime.utcnow()", sys._getframe(1))
+        if _datetime_read("datetime.datetime.utcnow()", sys._getframe(1)):
+            return outside.now(_real(cls))
         return _REAL_DATETIME.utcnow()
 
     @classmethod
     def today(cls) -> Any:
-        _datetime_read("datetime.datetime.today()", sys._getframe(1))
+        if _datetime_read("datetime.datetime.today()", sys._getframe(1)):
+            return outside.now(_real(cls))
         return _REAL_DATETIME.today()
 
 
 class _GuardedDate(_dt.date, metaclass=_StandIn):
     @classmethod
     def today(cls) -> Any:
-        _datetime_read("datetime.date.today()", sys._getframe(1))
+        if _datetime_read("datetime.date.today()", sys._getframe(1)):
+            return outside.today()
         return _REAL_DATE.today()
 
 
@@ -382,15 +424,23 @@ def _targets() -> list[Target]:
         else:
             out.append((owner, attr, _Trap(what, original, instead, **how), True))
 
+    # What an installed library's read gets instead (``dst.sim.outside``).
+    clocks = {"time": outside.wall, "time_ns": outside.wall_ns,
+              "clock_gettime": outside.clock_gettime,
+              "clock_gettime_ns": outside.clock_gettime_ns}
     for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
                  "perf_counter_ns", "process_time", "process_time_ns", "thread_time",
                  "thread_time_ns", "clock_gettime", "clock_gettime_ns"):
-        trap(time, name, f"time.{name}()", _CLOCK)
+        virtual = clocks.get(name, outside.monotonic_ns if name.endswith("_ns")
+                             else outside.monotonic)
+        trap(time, name, f"time.{name}()", _CLOCK, virtual=virtual)
     # Without a time argument these read the wall clock; with one they are pure.
-    for name, index in (("localtime", 0), ("gmtime", 0), ("ctime", 0), ("asctime", 0),
-                        ("strftime", 1)):
+    for name, index, virtual in (("localtime", 0, outside.struct_time),
+                                 ("gmtime", 0, outside.struct_time),
+                                 ("ctime", 0, outside.ctime), ("asctime", 0, outside.asctime),
+                                 ("strftime", 1, outside.strftime)):
         trap(time, name, f"time.{name}() without a time argument", _CLOCK,
-             reads=_without(index, ""))
+             reads=_without(index, ""), virtual=virtual)
     out.append((_dt, "datetime", _GuardedDatetime, True))
     out.append((_dt, "date", _GuardedDate, True))
 
@@ -400,16 +450,20 @@ def _targets() -> list[Target]:
     for name in dir(random) if global_rng is not None else ():
         if not name.startswith("_") and getattr(getattr(random, name), "__self__", None) \
                 is global_rng:
-            trap(random, name, f"random.{name}()", _RNG)
+            trap(random, name, f"random.{name}()", _RNG, virtual=outside.global_random(name))
     for name in ("random", "getrandbits", "randbytes"):  # secrets goes through these
-        trap(random.SystemRandom, name, f"random.SystemRandom.{name}()", _RNG)
+        trap(random.SystemRandom, name, f"random.SystemRandom.{name}()", _RNG,
+             virtual=outside.system_random(name))
     trap(random.Random, "seed", "random.Random() without a seed", "random.Random(seed) or "
-         + _RNG, reads=_without(1, "a"))
-    trap(os, "urandom", "os.urandom()", "env.rng.randbytes(n)")
-    trap(os, "getrandom", "os.getrandom()", "env.rng.randbytes(n)")
-    for name in ("uuid1", "uuid4", "getnode"):
-        trap(uuid, name, f"uuid.{name}()", "uuid.UUID(int=env.rng.getrandbits(128), version=4)")
-    trap(os, "getpid", "os.getpid()", "env.name (the pid differs between processes)")
+         + _RNG, reads=_without(1, "a"), virtual=outside.seed_random)
+    trap(os, "urandom", "os.urandom()", "env.rng.randbytes(n)", virtual=outside.urandom)
+    trap(os, "getrandom", "os.getrandom()", "env.rng.randbytes(n)", virtual=outside.urandom)
+    for name, virtual in (("uuid1", outside.uuid1), ("uuid4", outside.uuid4),
+                          ("getnode", outside.getnode)):
+        trap(uuid, name, f"uuid.{name}()", "uuid.UUID(int=env.rng.getrandbits(128), version=4)",
+             virtual=virtual)
+    trap(os, "getpid", "os.getpid()", "env.name (the pid differs between processes)",
+         virtual=outside.getpid)
 
     trap(threading.Thread, "start", "threading.Thread.start()", _THREADS)
     trap(subprocess.Popen, "__init__", "subprocess.Popen()", _PROCESSES)
@@ -428,7 +482,9 @@ def _targets() -> list[Target]:
     def entry(owner: Any, attr: str, what: str, instead: str) -> None:
         trap(owner, attr, what, instead, entry_point=True)
 
-    entry(trio.to_thread, "run_sync", "trio.to_thread.run_sync()", _THREADS)
+    # A library's worker thread (an SDK computing its platform headers) runs inline.
+    trap(trio.to_thread, "run_sync", "trio.to_thread.run_sync()", _THREADS, entry_point=True,
+         virtual=outside.run_inline)
     entry(trio.lowlevel, "start_thread_soon", "trio.lowlevel.start_thread_soon()", _THREADS)
     entry(trio, "run_process", "trio.run_process()", _PROCESSES)
     entry(trio.lowlevel, "open_process", "trio.lowlevel.open_process()", _PROCESSES)
@@ -524,8 +580,25 @@ class _Installed:
         self.user_modules: list[tuple[str, types.ModuleType]] = []
 
 
+def _warm_caches() -> None:
+    """Fill the caches the standard library fills on first use, before any trap is set.
+
+    ``platform.uname().processor`` runs ``uname -p`` in a subprocess the first time
+    it is asked (``platform.platform()`` asks it), and keeps the answer: an SDK
+    computing its platform headers inside a run (openai's ``get_platform``, in a
+    worker thread that runs inline) would otherwise start a subprocess, which is
+    refused whoever asks.  Asked here, outside any run, it is one more constant of
+    the machine, as ``platform.machine()`` already is.
+    """
+    plat = sys.modules.get("platform")
+    if plat is not None:
+        with contextlib.suppress(Exception):
+            _ = plat.uname().processor
+
+
 def _install() -> _Installed:
     global _DEPTH, _GUARDED_THREAD
+    _warm_caches()
     state = _Installed()
     shared: dict[int, tuple[Any, Any]] = {}
     entry_points: dict[int, tuple[Any, Any]] = {}
@@ -572,6 +645,7 @@ def _swap(state: _Installed, mod: types.ModuleType, table: dict[int, tuple[Any, 
     names = list(namespace) if full or cached is None else cached[2]
     matched = []
     user = kind == "user"
+    name = mod.__name__
     for attr in names:
         value = namespace.get(attr, _MISSING)
         hit = table.get(id(value))
@@ -580,12 +654,99 @@ def _swap(state: _Installed, mod: types.ModuleType, table: dict[int, tuple[Any, 
         elif user and (alias := _clock_alias(value)) is not None:
             replacement = alias  # ``NOW = datetime.datetime.now``: see _clock_alias
         else:
+            if user and _swap_inside(state, value, name, table):
+                matched.append(attr)  # looked inside again on the next install
             continue
         matched.append(attr)
         state.patched.append((mod, attr, value))
         namespace[attr] = replacement
     if full:
         _SCANS[key] = (namespace, len(namespace), tuple(matched))
+
+
+def _replacement(value: Any, table: dict[int, tuple[Any, Any]]) -> Any:
+    """The trap (or stand-in) that takes ``value``'s place, or ``_MISSING``."""
+    hit = table.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    alias = _clock_alias(value)
+    return _MISSING if alias is None else alias
+
+
+def _swap_function(state: _Installed, fn: Any, table: dict[int, tuple[Any, Any]]) -> bool:
+    """Swap the originals a function holds in its defaults and closure cells."""
+    swapped = False
+    defaults = fn.__defaults__
+    if defaults:
+        new = tuple(v if (r := _replacement(v, table)) is _MISSING else r for v in defaults)
+        if any(a is not b for a, b in zip(new, defaults, strict=True)):
+            state.patched.append((fn, "__defaults__", defaults))
+            fn.__defaults__ = new
+            swapped = True
+    kwdefaults = fn.__kwdefaults__
+    if kwdefaults:
+        changed = {k: r for k, v in kwdefaults.items()
+                   if (r := _replacement(v, table)) is not _MISSING}
+        if changed:
+            state.patched.append((fn, "__kwdefaults__", kwdefaults))
+            fn.__kwdefaults__ = {**kwdefaults, **changed}
+            swapped = True
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            continue
+        replacement = _replacement(value, table)
+        if replacement is not _MISSING:
+            state.patched.append((cell, "cell_contents", value))
+            cell.cell_contents = replacement
+            swapped = True
+    return swapped
+
+
+def _swap_inside(state: _Installed, value: Any, module: str,
+                 table: dict[int, tuple[Any, Any]]) -> bool:
+    """Swap the originals that a function or class defined in ``module`` holds: a
+    function's defaults and closure cells (``def f(clock=time.time)``), a class's
+    attributes, its methods' defaults and closures (a dataclass's generated
+    ``__init__`` keeps ``field(default=time.time)`` as a default and a
+    ``default_factory`` in a closure cell) and its dataclass fields.  True when
+    anything was swapped.  Bound before the run, these are what library code
+    calls its clock through (the MCP SDK's ``clock: Callable = time.time``).
+    """
+    # Only ``type()`` is asked of what the namespace holds: ``isinstance`` would ask a
+    # lazy proxy (openai's ``resources``) for its ``__class__``, importing what it stands for.
+    kind = type(value)
+    if kind is types.FunctionType:
+        return value.__module__ == module and _swap_function(state, value, table)
+    if not issubclass(kind, type) or value.__module__ != module:
+        return False
+    swapped = False
+    for attr, member in list(vars(value).items()):
+        replacement = _replacement(member, table)
+        if replacement is not _MISSING:
+            state.patched.append((value, attr, member))
+            setattr(value, attr, replacement)
+            swapped = True
+            continue
+        kind = type(member)
+        if kind is staticmethod or kind is classmethod:
+            member = member.__func__
+        elif kind is property:
+            member = member.fget
+        if type(member) is types.FunctionType:
+            swapped = _swap_function(state, member, table) or swapped
+    fields = vars(value).get("__dataclass_fields__")
+    if isinstance(fields, dict):
+        for field in fields.values():
+            for attr in ("default", "default_factory"):
+                member = getattr(field, attr, None)
+                replacement = _replacement(member, table)
+                if replacement is not _MISSING:
+                    state.patched.append((field, attr, member))
+                    setattr(field, attr, replacement)
+                    swapped = True
+    return swapped
 
 
 def _put_back(owner: Any, originals: dict[int, tuple[Any, Any]]) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .aio import SimLoop
     from .busy import _DoomWatch, _StepWatch
     from .kernel import Sim
+    from .outside import CodeOwners
     from .preemption import HoldWatch
     from .sockets.network import SocketNetwork
 
@@ -63,6 +64,14 @@ class SimState:
     #: The run's simulated TCP network (``dst.sim.sockets``), made when a process
     #: first opens a socket or resolves a name: most runs never do.
     _sockets: SocketNetwork | None = None
+
+    #: Which code is the user's (its reads of the real world are refused) and which a
+    #: library's (they get the simulation's values): the scenario's declaration, set
+    #: by ``Scenario.build``; None: ``dst.sim.outside.DEFAULT_OWNERS``.
+    code_owners: CodeOwners | None = None
+    #: The generators and per-process values libraries' reads draw from
+    #: (``dst.sim.outside``), made on the first such read: most runs make none.
+    _outside: dict[Any, Any] | None = None
 
     #: The event loops of the run's asyncio processes by their driver task (made by
     #: the first: ``dst.sim.aio``); a held driver stands for its ready callbacks.
