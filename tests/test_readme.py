@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -45,3 +47,42 @@ def test_the_readme_scenario_finds_its_planted_bug_and_passes_without_it(
     assert fixed.exit_code == 0, fixed.output
     assert json.loads(fixed.stdout)["failures"] == []
 
+
+
+# -- the Quick start's test line -------------------------------------------------------
+
+#: How far the README's count of tests may drift from what pytest collects now.
+DRIFT = 0.05
+
+
+def readme_test_summary() -> str:
+    """The last line of the Quick start's pytest output: ``=== N passed, M skipped in ...``."""
+    text = README.read_text(encoding="utf-8")
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    after = quick.split("pip install -e '.[test]' && pytest\n```\n```\n", 1)[1].split("```")[0]
+    lines = [line for line in after.splitlines() if line.strip()]
+    assert lines[-1].startswith("=") and lines[-1].endswith("="), lines[-1]
+    return lines[-1]
+
+
+def test_the_readme_test_line_counts_the_tests_there_are() -> None:
+    """The README shows what ``pytest`` prints; its count must stay within a few percent of
+    the tests pytest collects today (pinned traces included), or it is stale."""
+    summary = readme_test_summary()
+    counts = {word: int(n.replace(",", "")) for n, word in
+              re.findall(r"(\d[\d,]*) (passed|skipped|xfailed|xpassed|failed|errors?)",
+                         summary)}
+    assert counts.get("passed"), summary
+    assert not {"failed", "error", "errors"} & counts.keys(), f"the README shows {summary}"
+    shown = sum(counts.values())
+    root = README.parent
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=root, capture_output=True, text=True, check=False, timeout=300)
+    found = re.search(r"^(\d+) tests? collected", collected.stdout, re.M)
+    assert found, collected.stdout[-2000:] + collected.stderr[-2000:]
+    total = int(found.group(1))
+    assert abs(shown - total) <= DRIFT * total, (
+        f"README.md's test line says {shown} tests ({summary.strip('= ')}), pytest collects "
+        f"{total}: run `pytest` and paste its first, last and summary lines into the Quick "
+        "start")
