@@ -393,3 +393,52 @@ def test_a_fault_free_run_never_sees_the_sdks_timeout_fire_before_the_reply() ->
     assert all(r.verdict == "pass" for r in runs)
     assert "timed out" not in answers and answers.count("hello") > 30
     assert replay_trace(_openai_agent(build), runs[0].trace()).divergence is None
+
+
+# -- the explorer sees what libraries read ----------------------------------------------
+
+
+def test_a_library_reading_the_clock_is_a_step_that_read_the_time(library: Any) -> None:
+    """A timer commutes with a step that read no time; a step whose library read the
+    virtual clock did read it, so reduction must explore both orders: the states it
+    reaches are exactly plain search's."""
+    import json
+
+    from dst.explore.exhaustive import Bounds, explore
+
+    def timed(seen: set[str]) -> Scenario:
+        def setup(sim: Sim, _: dict[str, Any]) -> Any:
+            db = sim.store("db")
+            noted: dict[str, Any] = {}
+
+            async def worker(env: Env) -> None:
+                await env.store.put("x", 1)
+                noted["stamp"] = library._stamped_at()  # the library's time.time()
+                await env.store.put("y", 1)
+
+            async def sleeper(env: Env) -> None:
+                await env.clock.sleep(1.0)
+                await env.store.put("z", 1)
+
+            sim.process("worker", worker, stores=["db"])
+            sim.process("sleeper", sleeper, stores=["db"])
+            return db, noted, sim
+
+        def record(world: Any) -> bool:
+            db, noted, sim = world
+            seen.add(json.dumps([db.snapshot(), noted, sim.now], sort_keys=True))
+            return True
+
+        scenario = inline(setup, invariants={"Seen": record})
+        return scenario
+
+    reduced: set[str] = set()
+    plain: set[str] = set()
+    r = explore(timed(reduced), {}, Bounds(max_steps=30, slow=1))
+    p = explore(timed(plain), {}, Bounds(max_steps=30, slow=1), por=False)
+    assert r.proof and p.proof, (r.violations, p.violations)
+    assert not r.violations and not p.violations, (r.violations, p.violations)
+    assert r.schedules < p.schedules, (r.schedules, p.schedules, r.no_reduction)
+    assert reduced == plain
+    stamps = {json.loads(s)[1].get("stamp") for s in plain}
+    assert {EPOCH, EPOCH + 1.0} <= stamps  # before and after the timer

@@ -8,12 +8,13 @@ what might:
 
 * ``procs``: the processes whose tasks took a step (trio's
   ``before_task_step``), each task tied to its process's incarnation by the
-  context variable the kernel sets.  Code of a process runs in its memory
+  kernel's table of owners (``Sim._incarnation_of``).  Code of a process runs in its memory
   only; two steps that ran code of one process are dependent.
 * ``clock``: code inside a task read virtual time (``trio.current_time``,
   ``env.clock.now()``, a ``sleep`` or ``move_on_after`` computing its
-  deadline).  A step that never read the clock does the same whenever it runs,
-  so it commutes with a timer that wakes another process.
+  deadline, a library's ``time.time()`` answered from the simulation).  A step
+  that never read the clock does the same whenever it runs, so it commutes with a
+  timer that wakes another process.
 * ``foreign``: a task that belongs to no process ran (a kernel task), or the
   step made a data choice or was decided while a task still ran: the step is
   not one atomic transition, and it is dependent with everything.

@@ -6,7 +6,8 @@ made of up to three parts:
 
 * the kernel's: the enabled options, virtual time, fault budgets, crashed
   processes, each store's contents, the messages in flight and in mailboxes,
-  the next message id, each process's incarnation and state;
+  the next message id, each process's incarnation and state, and where
+  libraries' draws of entropy have got to (``dst.sim.outside``);
 * the scenario's fingerprint of its world (``@scenario.fingerprint``): a JSON
   value for an abstraction, any objects, read in full, for an exact one;
 * for state caching, every process's memory (:func:`process_memory`: its
@@ -30,6 +31,7 @@ import trio.lowlevel as ll
 
 from ..errors import ScenarioError
 from ..sim.kernel import Sim
+from ..sim.outside import state as outside_state
 from .memory import Reads, shared_objects, tasks_memory, write
 
 __all__ = ["kernel_state", "process_memory", "shared_objects", "state_key", "task_labels"]
@@ -41,6 +43,7 @@ def kernel_state(sim: Sim, labels: tuple[str, ...]) -> tuple[Any, ...]:
     return (
         labels, sim.now,
         (sim.crashes_left, sim.drops_left, sim.dups_left, sim.preemptions_left,
+         getattr(sim, "slow_left", 0), outside_state(sim),
          sim.partitions_left, sim.cut_off, tuple(sorted(sim.crashed)), sim.calm_at,
          tuple(name for name, _, _ in getattr(sim, "_pending", ())),
          repr(getattr(sim, "_service_faults", None)), repr(getattr(sim, "_process_crashes", None)),

@@ -221,6 +221,9 @@ class _Trap:
         self.reads = reads
         #: What a library's call gets instead (``dst.sim.outside``); None: refused too.
         self.virtual = virtual
+        #: What the explorer's state keys call the trap (``dst.explore.memory``): a
+        #: library's ``def f(clock=time.time)`` holds one while the guard is installed.
+        self._name = what
         self.__wrapped__ = original
         self.__name__ = getattr(original, "__name__", what)
         self.__qualname__ = getattr(original, "__qualname__", what)
@@ -300,6 +303,8 @@ def _real(cls: type) -> Any:
 
 
 class _GuardedDatetime(_dt.datetime, metaclass=_StandIn):
+    _name = "datetime.datetime"  # what the explorer's state keys call it
+
     @classmethod
     def now(cls, tz: Any = None) -> Any:
         if _datetime_read("datetime.datetime.now()", sys._getframe(1)):
@@ -320,6 +325,8 @@ class _GuardedDatetime(_dt.datetime, metaclass=_StandIn):
 
 
 class _GuardedDate(_dt.date, metaclass=_StandIn):
+    _name = "datetime.date"
+
     @classmethod
     def today(cls) -> Any:
         if _datetime_read("datetime.date.today()", sys._getframe(1)):

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime as _dt
+import hashlib
 import os
 import random
 import sysconfig
@@ -195,7 +196,26 @@ def _sim() -> Any:
 
 
 def _now() -> float:
-    return float(_sim().now)
+    # Through the clock's ``current_time``, as trio reads it: the explorer watches that
+    # to know which steps read the time (``dst.explore.footprint.ClockTap``).
+    clock = _sim()._clock
+    return float(clock.current_time()) if clock is not None else 0.0
+
+
+def state(sim: Any) -> tuple[Any, ...]:
+    """What libraries' draws have left in ``sim`` so far, as a value (for the explorer's
+    state keys): each generator's position, and the per-process values drawn."""
+    drawn = sim._outside
+    if not drawn:
+        return ()
+    out = []
+    for key, value in sorted(drawn.items(), key=repr):
+        if isinstance(value, random.Random):
+            text = value.__dict__.get("_text")
+            value = ("unused", text) if text is not None else hashlib.blake2b(
+                repr(value.getstate()).encode(), digest_size=16).hexdigest()
+        out.append((key, value))
+    return tuple(out)
 
 
 def _whose() -> tuple[str, int]:
