@@ -35,10 +35,6 @@ def test_the_idempotent_agent_passes_and_the_retry_bug_is_found(tmp_path: Path) 
     assert replayed.exit_code == 1 and replayed.output.startswith("identical"), replayed.output
 
 
-@pytest.mark.xfail(reason="the virtualised datetime stand-in in library modules breaks "
-                   "pydantic's lazy schema build of anthropic's models inside a run "
-                   "(PydanticSchemaGenerationError): a known defect of the virtualisation",
-                   strict=True)
 def test_an_anthropic_agent_reaches_the_fake_over_the_network(tmp_path: Path) -> None:
     anthropic = pytest.importorskip("anthropic")
     import trio

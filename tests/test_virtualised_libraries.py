@@ -104,6 +104,32 @@ async def headers():
 
 def background():
     threading.Thread(target=print).start()
+
+
+def adapt(text):
+    import pydantic
+
+    return pydantic.TypeAdapter(datetime.datetime).validate_python(text)
+'''
+
+#: A library that uses ``datetime`` only as a type: pydantic models built lazily, inside
+#: the run (it never reads a clock, so it keeps the real classes while the guard is on).
+MODELS = '''
+import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
+    at: datetime.datetime
+    day: datetime.date
+
+
+def parse(payload):
+    event = Event.model_validate(payload)
+    return type(event.at) is datetime.datetime, event.at.isoformat(), event.day.isoformat()
 '''
 
 
@@ -234,6 +260,41 @@ def test_a_library_still_may_not_start_a_thread(library: Any) -> None:
     assert result.violated == ["Nondeterminism"]
     (message,) = [r["message"] for r in result.trace().records if r["type"] == "violation"]
     assert message.startswith("threading.Thread.start() called at ") and "fakesdk" in message
+
+
+def test_pydantic_models_built_inside_a_run_see_the_real_datetime(
+        library: Any, tmp_path: Path) -> None:
+    """pydantic asks ``obj is datetime.datetime`` of each annotation when it builds a
+    schema (lazily: ``defer_build``, inside the run); the datetime stand-ins of the
+    guard must not change its answer, nor what a library's clock read gets."""
+    pytest.importorskip("pydantic")
+    site = tmp_path / "models" / "site-packages"
+    (site / "fakemodels").mkdir(parents=True)
+    (site / "fakemodels" / "__init__.py").write_text(textwrap.dedent(MODELS))
+    sys.path.insert(0, str(site))
+    models = importlib.import_module("fakemodels")
+
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def caller(env: Env) -> None:
+            parsed = models.parse({"at": "2025-03-04T05:06:07", "day": "2025-03-04"})
+            await env.store.put("parsed", list(parsed))
+            # A library that reads the clock and builds a schema of the stand-in itself.
+            await env.store.put("adapted", library.adapt("2025-03-04T05:06:07").isoformat())
+            await env.store.put("now", library.stamp()["now"])
+
+        sim.process("caller", caller, stores=["db"])
+
+    try:
+        (result,) = many(inline(setup), range(1))
+    finally:
+        sys.path.remove(str(site))
+        sys.modules.pop("fakemodels", None)
+    assert result.verdict == "pass", [r for r in result.trace().records
+                                      if r["type"] == "violation"]
+    db = result.sim.stores["db"]
+    assert db.peek("parsed") == [True, "2025-03-04T05:06:07", "2025-03-04"]
+    assert db.peek("adapted") == "2025-03-04T05:06:07"
+    assert db.peek("now") == "2025-01-01T00:00:00"
 
 
 def test_code_on_sys_path_but_not_installed_is_the_users_by_default(plain: Any) -> None:

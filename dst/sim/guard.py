@@ -64,6 +64,7 @@ import inspect
 import logging
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -306,6 +307,13 @@ class _GuardedDatetime(_dt.datetime, metaclass=_StandIn):
     _name = "datetime.datetime"  # what the explorer's state keys call it
 
     @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        # pydantic, asked for a model field annotated with the stand-in (a module
+        # whose name ``datetime`` it is while the guard is installed), validates it as
+        # the real class: the same program, inside a run or not.
+        return handler.generate_schema(_REAL_DATETIME)
+
+    @classmethod
     def now(cls, tz: Any = None) -> Any:
         if _datetime_read("datetime.datetime.now()", sys._getframe(1)):
             return outside.now(_real(cls), tz)
@@ -328,6 +336,10 @@ class _GuardedDate(_dt.date, metaclass=_StandIn):
     _name = "datetime.date"
 
     @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        return handler.generate_schema(_REAL_DATE)
+
+    @classmethod
     def today(cls) -> Any:
         if _datetime_read("datetime.date.today()", sys._getframe(1)):
             return outside.today()
@@ -335,6 +347,40 @@ class _GuardedDate(_dt.date, metaclass=_StandIn):
 
 
 _STANDS_FOR: dict[type, type] = {_GuardedDatetime: _REAL_DATETIME, _GuardedDate: _REAL_DATE}
+
+#: A clock method of ``datetime`` named in source code (called or taken).
+_CLOCK_NAMED = re.compile(rb"\.(?:now|utcnow|today)\b")
+_READS_CLOCK: dict[str, bool] = {}
+
+
+def _names_datetime_clock(module: types.ModuleType) -> bool:
+    """Whether ``module``'s source names a clock method of ``datetime`` anywhere
+    (``.now``, ``.utcnow``, ``.today``); True when there is no source to read.
+
+    The stand-ins replace ``datetime.datetime`` and ``datetime.date`` only where
+    code could read the clock through them.  Elsewhere the real classes stay: a
+    module that uses ``datetime`` only as a type (pydantic, when it builds a model's
+    schema, asks ``obj is datetime.datetime`` of an annotation that may hold the
+    real class, captured before the run) must see the same classes inside a run
+    as outside.  Read once per module, from its file: a name in a comment counts
+    too, which only keeps the stand-in where it always was.
+    """
+    name = module.__name__
+    known = _READS_CLOCK.get(name)
+    if known is None:
+        path = getattr(module, "__file__", None)
+        try:
+            with open(path, "rb") as source:  # type: ignore[arg-type]
+                known = _CLOCK_NAMED.search(source.read()) is not None
+        except (OSError, TypeError, ValueError):
+            known = True
+        _READS_CLOCK[name] = known
+    return known
+
+
+#: The ``datetime`` module as a module that never reads its clocks sees it while the
+#: guard is installed: with the real classes (see :func:`_names_datetime_clock`).
+_PLAIN_DATETIME: Any = None
 
 #: The clock-reading classmethods of ``datetime.datetime`` and ``datetime.date``.
 _DATETIME_CLOCKS = frozenset({"now", "utcnow", "today"})
@@ -587,6 +633,13 @@ class _Installed:
         self.user_modules: list[tuple[str, types.ModuleType]] = []
 
 
+def _plain_datetime() -> Any:
+    global _PLAIN_DATETIME
+    if _PLAIN_DATETIME is None:
+        _PLAIN_DATETIME = _Proxy(_dt, datetime=_REAL_DATETIME, date=_REAL_DATE)
+    return _PLAIN_DATETIME
+
+
 def _warm_caches() -> None:
     """Fill the caches the standard library fills on first use, before any trap is set.
 
@@ -606,6 +659,7 @@ def _warm_caches() -> None:
 def _install() -> _Installed:
     global _DEPTH, _GUARDED_THREAD
     _warm_caches()
+    _plain_datetime()
     state = _Installed()
     shared: dict[int, tuple[Any, Any]] = {}
     entry_points: dict[int, tuple[Any, Any]] = {}
@@ -658,8 +712,12 @@ def _swap(state: _Installed, mod: types.ModuleType, table: dict[int, tuple[Any, 
         hit = table.get(id(value))
         if hit is not None and hit[0] is value:
             replacement = hit[1]
+            if user and replacement in _STANDS_FOR and not _names_datetime_clock(mod):
+                continue  # ``from datetime import datetime``, as a type only
         elif user and (alias := _clock_alias(value)) is not None:
             replacement = alias  # ``NOW = datetime.datetime.now``: see _clock_alias
+        elif user and value is _dt and not _names_datetime_clock(mod):
+            replacement = _PLAIN_DATETIME  # ``import datetime``, as types only
         else:
             if user and _swap_inside(state, value, name, table):
                 matched.append(attr)  # looked inside again on the next install
