@@ -378,6 +378,10 @@ class _Submitter:
         if chunk is None:
             return True  # abandoned on the way, or read before: a chunk is absorbed once
         status = future.status
+        if status == "lost":
+            # Finished, then its worker died with the result before it was read: the
+            # scheduler runs the chunk again for the future this process holds.
+            return False
         if status == "finished":
             try:
                 # Its worker may die between finishing and answering: Dask then runs
