@@ -282,6 +282,9 @@ def test_workers_default_to_the_cores_this_process_may_use() -> None:
 # -- a run killed outright loses and repeats nothing ----------------------------------
 
 NOTED = '''
+import os
+import time
+
 from dst import Env, Scenario, Sim
 
 scenario = Scenario("noted", doc="notes every seed it runs; every seventh fails")
@@ -294,6 +297,8 @@ async def worker(env: Env) -> None:
 
 @scenario.setup
 def setup(sim: Sim, config: dict) -> object:
+    while sim.seed >= {held} and not os.path.exists({gate!r}):  # held until the kill
+        time.sleep(0.01)
     with open({log!r}, "a") as fh:
         fh.write(f"{{sim.seed}}\\n")
     sim.process("worker", worker, stores=["db"])
@@ -306,6 +311,7 @@ def not_seventh(seed) -> bool | str:
 '''
 
 SEEDS = 1200
+HELD = 400  # seeds from here on wait for the kill: the run cannot finish before it
 
 
 def _env() -> dict[str, str]:
@@ -341,9 +347,14 @@ def _children(pid: int) -> list[int]:
 
 def _killed_midway(tmp_path: Path, victim: str) -> tuple[list[tuple[int, int]], set[int]]:
     """Start a run, SIGKILL its ``victim`` (parent or a worker) once a chunk is recorded;
-    return the seed ranges recorded done and the seeds that ran."""
+    return the seed ranges recorded done and the seeds that ran.
+
+    Seeds from ``HELD`` on wait (in real time, outside the simulation) for a file the test
+    creates after the kill, so a busy machine cannot let the run end before it is killed."""
     log, out = tmp_path / "ran.txt", tmp_path / "out"
-    (tmp_path / "noted.py").write_text(NOTED.format(log=str(log)), encoding="utf-8")
+    gate = tmp_path / "released"
+    (tmp_path / "noted.py").write_text(
+        NOTED.format(log=str(log), gate=str(gate), held=HELD), encoding="utf-8")
     proc = subprocess.Popen([sys.executable, "-m", "dst", "run", "noted.py", "--seeds",
                              str(SEEDS), "--workers", "2", "--no-shrink", "--out", "out"],
                             cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
@@ -363,6 +374,7 @@ def _killed_midway(tmp_path: Path, victim: str) -> tuple[list[tuple[int, int]], 
     finally:
         proc.kill()
         proc.wait()
+        gate.touch()  # the resumed run goes through
     with ResultsDB(out) as db:
         done = db.done_ranges(run_key("noted", {}, "random"))
     assert done and done != [(0, SEEDS)], "the run ended before it could be killed"
