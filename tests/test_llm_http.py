@@ -8,6 +8,7 @@ loopback under plain trio, with a fixed chooser, and talk to it with the real SD
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import pytest
@@ -32,8 +33,8 @@ def script(turn: llm_http.Turn) -> llm_http.Reply:
 async def serving(api: str, body: Callable[[int], Awaitable[Any]], *,
                   faults: llm_http.Faults | None = None,
                   choose: Callable[[str, Sequence[str]], str] = first,
-                  reply: llm_http.Script = script) -> Any:
-    serve = llm_http.handler(api, reply, choose, lambda: 0.0, faults)
+                  reply: llm_http.Script = script, now: float = 0.0) -> Any:
+    serve = llm_http.handler(api, reply, choose, lambda: now, faults)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(trio.serve_tcp, serve, 0)
         port = listeners[0].socket.getsockname()[1]
@@ -65,6 +66,20 @@ def test_openai_sdk_reads_a_tool_call_then_the_answer() -> None:
     assert first_.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "create_tickets" and call.function.arguments == '{"count": 12}'
     assert second.choices[0].message.content == "done after 1 tool result(s)"
+
+
+def test_a_response_is_stamped_on_the_wall_clock_libraries_read_in_a_run() -> None:
+    from dst.sim.outside import EPOCH  # what time.time() reads in a run, at virtual 0
+
+    async def body(port: int) -> Any:
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x")
+        reply = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "create 12"}], tools=TOOLS)
+        await client.close()
+        return reply
+
+    assert trio.run(serving, "openai", body).created == EPOCH
+    assert trio.run(partial(serving, now=90.0), "openai", body).created == EPOCH + 90
 
 
 # The SDK leaves its own SSE generators unfinished after ``[DONE]``; trio's finaliser

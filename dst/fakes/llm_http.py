@@ -36,10 +36,13 @@ from typing import Any
 import h11
 import trio
 
+from ..sim.outside import EPOCH as EPOCH
+
 Json = Any
 
-#: The virtual epoch a response's ``created`` counts from (virtual time 0).
-EPOCH = 1_700_000_000
+# A response's ``created`` is ``EPOCH`` (``dst.sim.outside``'s) plus the virtual seconds:
+# the wall clock the SDK itself reads in the same run, so a client comparing the two (a
+# cache's age, a ``Retry-After`` date) sees them agree.
 
 
 # -- what the script sees and returns ----------------------------------------------
