@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .sim.faults import FaultPlan as FaultPlan
     from .sim.faults import ServiceFaults as ServiceFaults
     from .sim.kernel import Sim as Sim
+    from .small import test as test
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
@@ -42,6 +43,7 @@ _EXPORTS = {
     "FaultPlan": "dst.sim.faults",
     "ServiceFaults": "dst.sim.faults",
     "Sim": "dst.sim.kernel",
+    "test": "dst.small",
 }
 
 __all__ = sorted(_EXPORTS)

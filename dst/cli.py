@@ -250,6 +250,10 @@ def _load_trace(path: str, scenario_ref: str | None) -> tuple[Trace, Scenario]:
 
     trace = read_trace(path)
     name = trace.header["scenario"]
+    recorded = trace.header.get("scenario_file")
+    if scenario_ref is None and not is_shipped(name) and isinstance(recorded, str) \
+            and os.path.isfile(recorded):
+        scenario_ref = f"{recorded}::{name}"  # the file the header names, from here
     if scenario_ref is None:
         if not is_shipped(name):
             raise UsageError(

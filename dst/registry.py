@@ -12,7 +12,7 @@ import sys
 import sysconfig
 import traceback
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 
 import trio
 
@@ -36,8 +36,12 @@ def shipped() -> dict[str, str]:
 
 
 def _from_module(module_name: str, shown: str) -> Scenario:
+    return _scenario_of(_import(module_name, shown), shown)
+
+
+def _import(module_name: str, shown: str) -> ModuleType:
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name
                                      or module_name.startswith(exc.name + ".")):
@@ -47,7 +51,6 @@ def _from_module(module_name: str, shown: str) -> Scenario:
         raise
     except Exception as exc:
         raise _import_failed(shown, exc) from None
-    return _scenario_of(module, shown)
 
 
 # -- errors in the user's own code ---------------------------------------------------
@@ -109,18 +112,28 @@ def _import_failed(shown: str, exc: BaseException) -> ScenarioError:
 
 def _scenario_of(module: object, shown: str) -> Scenario:
     scenario = getattr(module, "scenario", None)
-    if not isinstance(scenario, Scenario):
-        raise UsageError(f"{shown} has no module-level 'scenario = dst.Scenario(...)'")
-    return scenario
+    if isinstance(scenario, Scenario):
+        return scenario
+    tests = _tests_in(module)
+    if len(tests) == 1:  # a test file with one @dst.test
+        return getattr(module, tests[0]).scenario  # type: ignore[no-any-return]
+    if tests:
+        raise UsageError(f"{shown} holds the dst tests {', '.join(tests)}; name one as "
+                         f"{shown}::{tests[0]}")
+    raise UsageError(f"{shown} has no module-level 'scenario = dst.Scenario(...)'")
 
 
-#: Scenarios loaded from files, by (resolved path, sha256 of the source): a bulk
-#: run loads its scenario once per chunk, and a file edited between two loads
+#: Modules loaded from scenario files, by (resolved path, sha256 of the source): a
+#: bulk run loads its scenario once per chunk, and a file edited between two loads
 #: (a replay after a change) must be executed afresh.
-_FILE_CACHE: dict[tuple[str, str], Scenario] = {}
+_FILE_CACHE: dict[tuple[str, str], ModuleType] = {}
 
 
 def _from_file(ref: str) -> Scenario:
+    return _scenario_of(_file_module(ref), ref)
+
+
+def _file_module(ref: str) -> ModuleType:
     path = Path(ref)
     try:
         source = path.read_bytes()
@@ -145,8 +158,30 @@ def _from_file(ref: str) -> Scenario:
     except Exception as exc:
         del sys.modules[name]
         raise _import_failed(ref, exc) from None
-    scenario = _FILE_CACHE[key] = _scenario_of(module, ref)
-    return scenario
+    _FILE_CACHE[key] = module
+    return module
+
+
+def _named(ref: str) -> Scenario:
+    """``FILE.py::NAME`` or ``package.module::NAME``: the ``@dst.test`` named NAME in
+    that file or module, or its module-level scenario when that is named NAME."""
+    where, _, name = ref.partition("::")
+    module = _file_module(where) if where.endswith(".py") else _import(where, where)
+    held = getattr(getattr(module, name, None), "scenario", None)
+    if isinstance(held, Scenario):
+        return held
+    main = getattr(module, "scenario", None)
+    if isinstance(main, Scenario) and main.name == name:
+        return main
+    tests = _tests_in(module)
+    raise UsageError(f"{where} has no @dst.test or scenario named {name!r}; "
+                     f"its dst tests: {', '.join(tests) or 'none'}")
+
+
+def _tests_in(module: object) -> list[str]:
+    """The names of the ``@dst.test`` functions a module holds."""
+    return sorted(k for k, v in vars(module).items()
+                  if callable(v) and isinstance(getattr(v, "scenario", None), Scenario))
 
 
 def is_shipped(ref: str) -> bool:
@@ -183,10 +218,13 @@ def near(ref: str, anchor: str | os.PathLike[str] | None) -> str:
 
 
 def load(ref: str) -> Scenario:
-    """A scenario by shipped name, ``path/to/file.py`` or ``package.module``."""
+    """A scenario by shipped name, ``path/to/file.py`` or ``package.module``, or a
+    ``@dst.test`` as ``path/to/test_file.py::test_name``."""
     known = shipped()
     if ref in known:
         return _from_module(known[ref], ref)
+    if "::" in ref:
+        return _named(ref)
     if ref.endswith(".py"):
         return _from_file(ref)
     if "." in ref:

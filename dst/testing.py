@@ -59,6 +59,7 @@ __all__ = [
     "DEFAULT_OUT",
     "DEFAULT_PIN_DIR",
     "Pin",
+    "SeedFailed",
     "SeedsChecked",
     "check_pinned",
     "check_seeds",
@@ -106,12 +107,23 @@ class SeedsChecked:
                 f"no violation{cut}")
 
 
+class SeedFailed(AssertionError):
+    """What :func:`check_seeds` raises: the failure told, with the seed and its trace."""
+
+    def __init__(self, message: str, seed: int, path: Path) -> None:
+        super().__init__(message)
+        self.seed = seed
+        self.path = path
+
+
 def check_seeds(
     scenario: Scenario | str,
     seeds: int | Iterable[int] = range(500),
     config: Mapping[str, Any] | None = None,
     *,
     out: str | os.PathLike[str] | None = None,
+    scenario_ref: str | None = None,
+    verbose: bool = False,
     **switches: Any,
 ) -> SeedsChecked:
     """Run ``seeds`` of ``scenario``; raise ``AssertionError`` at the first that breaks a check.
@@ -124,10 +136,15 @@ def check_seeds(
     trace header's are; the rest keep their defaults.  The failing seed's trace
     is written under ``out`` (``traces/failures/`` by default) before the error
     is raised, and the message ends with the command that replays it.
+    ``scenario_ref`` says how ``dst replay --scenario`` finds a :class:`~dst.Scenario`
+    that no module holds as ``scenario`` (``path/to/test_x.py::test_name`` for a
+    ``@dst.test``); its file goes in the trace header.  ``verbose``: the story
+    tells the scheduler's decisions too (as ``dst show --verbose``).
     """
     if isinstance(scenario, str):  # a file beside the calling test, else in the cwd
         scenario = near(scenario, caller_file())
     scen, ref = _resolve(scenario)
+    ref = scenario_ref or ref
     cfg = scen.checked_config({**dict(config or {}), **switches})
     todo = range(seeds) if isinstance(seeds, int) else seeds
     where = Path(out if out is not None else DEFAULT_OUT)
@@ -144,10 +161,11 @@ def check_seeds(
             if r.ended == "bound":
                 bounded.append(r.seed)
             if r.violated:
-                r.scenario_file = scenario_file(ref)  # in the header: the file, from here
+                # In the header: the file, from here (FILE.py of FILE.py::NAME).
+                r.scenario_file = scenario_file(ref.partition("::")[0] if ref else ref)
                 trace = r.trace()
                 path = write_trace(trace, where / f"{scen.name}-{r.seed}.jsonl")
-                raise AssertionError(_failure(trace, path, ref, runs))
+                raise SeedFailed(_failure(trace, path, ref, runs, verbose), r.seed, path)
 
     batch: list[int] = []
     for seed in todo:
@@ -160,11 +178,12 @@ def check_seeds(
     return SeedsChecked(scen.name, cfg, runs, tuple(bounded))
 
 
-def _failure(trace: Trace, path: Path, ref: str | None, runs: int) -> str:
+def _failure(trace: Trace, path: Path, ref: str | None, runs: int,
+             verbose: bool = False) -> str:
     """The first failure told as ``dst run`` tells it: what broke, the story, the replay."""
     h = trace.header
     vio = next(r for r in trace.records if r["type"] == "violation")
-    lines = story(trace)
+    lines = story(trace, verbose=verbose)
     shown = lines[-_STORY_LINES:]
     width = max([len(actor) for _, _, actor, _ in shown] + [8])
     out = [visible(f"{h['scenario']} [{_config_text(h['config'])}]: {vio['invariant']} "

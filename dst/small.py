@@ -1,0 +1,298 @@
+"""The small form: a test function is a scenario (``@dst.test``).
+
+A scenario module declares switches, a setup, processes and named checks; a
+small test needs none of that::
+
+    @dst.test(seeds=2000)
+    async def test_two_bumps_make_two():
+        count = 0
+
+        async def bump():
+            nonlocal count
+            seen = count
+            await trio.sleep(0)
+            count = seen + 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bump)
+            nursery.start_soon(bump)
+        assert count == 2, f"lost update: count is {count}"
+
+The decorator builds a real :class:`~dst.Scenario` named after the function
+(``test_two_bumps_make_two.scenario``): its setup starts the body as one
+simulated process, ``test``, so every trio checkpoint of its tasks is the
+scheduler's choice while the plan's preemptions last, and seeds, traces,
+replay and shrinking work as for any scenario.  An ``AssertionError`` escaping
+the body (from the body itself or from any task of its nurseries) is the
+violation ``assert``; any other exception is ``NoUncaughtError``, a stuck task
+``Deadlock``, as everywhere in dst.
+
+What the decorator returns is a plain function of no arguments: pytest collects
+and calls it like any other test (no trio or anyio plugin is involved).  It runs
+the seeds in order (:func:`dst.testing.check_seeds`) and fails at the first
+failing one, with that run's story and the one command that replays it; the
+trace is written under ``traces/failures/``.  The trace header records the
+test's file, so ``dst replay TRACE`` finds the test alone; ``--scenario
+path/to/test_file.py::test_name`` names it explicitly.
+
+The message a violation records must read the same in ``dst replay`` as under
+pytest, which rewrites ``assert`` statements to explain them
+(``assert 1 == 2``): so the trace holds the first line of the assertion's own
+message, or, for a bare ``assert``, the statement's source, and pytest's
+explanation is printed beside the story, not recorded.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import os
+import sys
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, overload
+
+from .errors import UsageError
+from .registry import shown_path
+from .scenario import Scenario
+from .sim.faults import NO_FAULTS, FaultPlan
+from .sim.kernel import Sim
+from .sim.state import DEFAULT_MAX_STEPS
+
+__all__ = ["ASSERT", "DEFAULT_SEEDS", "PARAMETERS", "PROCESS", "STORE", "test"]
+
+#: Seeds a test runs when it does not say (as many as ``check_seeds`` runs).
+DEFAULT_SEEDS = 500
+#: The name of the process the body runs as, in stories and traces.
+PROCESS = "test"
+#: The durable store ``env.store`` is (``env.stores["main"]``).
+STORE = "main"
+#: The violation a failing ``assert`` is.
+ASSERT = "assert"
+#: What a test function may ask for, by parameter name, and what it gets.
+PARAMETERS = {
+    "env": "the dst.Env of the simulated process the body runs as",
+    "faults": "the FaultPlan the run is under",
+}
+
+TestBody = Callable[..., Coroutine[Any, Any, object]]
+
+
+@overload
+def test(fn: TestBody, /) -> Callable[[], None]: ...
+
+
+@overload
+def test(
+    *, seeds: int | Iterable[int] = DEFAULT_SEEDS, faults: FaultPlan | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> Callable[[TestBody], Callable[[], None]]: ...
+
+
+def test(
+    fn: TestBody | None = None, /, *, seeds: int | Iterable[int] = DEFAULT_SEEDS,
+    faults: FaultPlan | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+) -> Callable[[], None] | Callable[[TestBody], Callable[[], None]]:
+    """Decorator: run an ``async def test_...`` body over ``seeds`` simulated runs.
+
+    ``seeds``: a count (``2000`` is seeds 0..1999) or the seeds themselves.
+    ``faults``: the :class:`~dst.FaultPlan` every run is under (default: no
+    faults, two preemptions at trio checkpoints).  ``max_steps``: decisions after
+    which a run is cut.  The body may ask for ``env`` and ``faults`` by parameter
+    name.  Without parentheses (``@dst.test``) it runs ``DEFAULT_SEEDS`` seeds.
+    """
+    settings = _Settings(seeds, faults, max_steps)
+    if fn is not None:
+        return settings.wrap(fn)
+    return settings.wrap
+
+
+test.__test__ = False  # type: ignore[attr-defined]  # pytest: a decorator, not a test
+
+
+class _Settings:
+    """The decorator's keywords, checked once, when the test module is imported."""
+
+    def __init__(self, seeds: int | Iterable[int], faults: FaultPlan | None,
+                 max_steps: int) -> None:
+        if isinstance(seeds, bool) or not isinstance(seeds, (int, Iterable)) or (
+                isinstance(seeds, int) and seeds < 1):
+            raise UsageError(f"@dst.test(seeds=...) is a count of 1 or more or the seeds "
+                             f"themselves, not {seeds!r}")
+        if not isinstance(seeds, int):
+            seeds = tuple(seeds)
+            if not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                    and s >= 0 for s in seeds):
+                raise UsageError(f"@dst.test(seeds=...) lists seeds, integers 0 or more, "
+                                 f"not {seeds!r}")
+        if faults is not None and not isinstance(faults, FaultPlan):
+            raise UsageError(f"@dst.test(faults=...) is a dst.FaultPlan(...), not {faults!r}")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise UsageError(f"@dst.test(max_steps=...) is a step count of 1 or more, "
+                             f"not {max_steps!r}")
+        self.seeds = seeds
+        self.faults = faults if faults is not None else NO_FAULTS
+        self.max_steps = max_steps
+
+    def wrap(self, fn: TestBody) -> Callable[[], None]:
+        name = getattr(fn, "__name__", None)
+        if not inspect.iscoroutinefunction(fn) or not isinstance(name, str):
+            raise UsageError(f"@dst.test decorates an 'async def' test function, not "
+                             f"{_named(fn)}; make it 'async def {name or 'test_...'}(...)'")
+        asked = _parameters(fn, name)
+        doc = (inspect.getdoc(fn) or "").strip().partition("\n")[0]
+        scenario = Scenario(name, doc=doc or f"the dst test {name}", faults=self.faults,
+                            max_steps=self.max_steps)
+        setup = _Setup(fn, asked)
+        scenario.setup(setup)
+        scenario.invariant(ASSERT)(_Outcome.check)
+        scenario.at_end(ASSERT)(_Outcome.check)
+        seeds = self.seeds
+        filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
+
+        def run() -> None:
+            from .testing import SeedFailed, check_seeds  # loaded when a test runs
+
+            ref = f"{shown_path(filename)}::{name}"
+            setup.explained.clear()
+            try:
+                check_seeds(scenario, seeds, scenario_ref=ref, verbose=True)
+                failure = None
+            except SeedFailed as exc:
+                failure = str(exc) + _explanation(setup.explained.get(exc.seed))
+            if failure is not None:  # outside the except: the message alone, not a chain
+                _fail(failure)
+
+        run.__name__ = name
+        run.__qualname__ = fn.__qualname__
+        run.__module__ = fn.__module__
+        run.__doc__ = fn.__doc__
+        # Where pytest reports the test (its own attribute for wrapped tests).
+        run.compat_co_firstlineno = fn.__code__.co_firstlineno  # type: ignore[attr-defined]
+        run.scenario = scenario  # type: ignore[attr-defined]
+        return run
+
+
+def _named(fn: object) -> str:
+    name = getattr(fn, "__name__", None)
+    kind = "a plain function" if inspect.isfunction(fn) else type(fn).__name__
+    return f"{kind} {name}" if isinstance(name, str) else repr(fn)
+
+
+def _parameters(fn: TestBody, name: str) -> frozenset[str]:
+    """The names of what the body asks for; anything else is refused in one line."""
+    asked = set()
+    for param in inspect.signature(fn).parameters.values():
+        if param.name not in PARAMETERS or param.kind in (
+                param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            offered = ", ".join(PARAMETERS)
+            raise UsageError(f"{name} asks for {param}, which a dst test cannot give; it may "
+                             f"ask for {offered} by name (and needs no other parameter)")
+        asked.add(param.name)
+    return frozenset(asked)
+
+
+def _explanation(text: str | None) -> str:
+    """pytest's explanation of the failed assertion (``assert 1 == 2``, ``+ where``),
+    when it says more than its first line, which the trace records."""
+    lines = (text or "").strip().splitlines()
+    if not lines or (len(lines) == 1 and not lines[0].startswith("assert ")):
+        return ""
+    return "\n  the assertion, as pytest explains it:\n" + "\n".join(
+        f"    {line}" for line in lines)
+
+
+def _fail(message: str) -> None:
+    """Fail the test with ``message`` alone: pytest's own failure when pytest runs it."""
+    runner = sys.modules.get("pytest")
+    if runner is not None:
+        runner.fail(message, pytrace=False)
+    raise AssertionError(message)
+
+
+# -- one run -----------------------------------------------------------------------------
+
+
+class _Outcome:
+    """The world of one run: the failed assertion's message, once the body raised it."""
+
+    def __init__(self) -> None:
+        self.failed: str | None = None
+
+    def check(self) -> bool | str:
+        return True if self.failed is None else self.failed
+
+
+class _Setup:
+    """``setup(sim, config)`` of a test's scenario: the body as the process ``test``.
+
+    A callable object rather than a closure so that it can carry the body's module
+    and code: the scenario's *origin*, which decides which code is the user's
+    (``Scenario.user_code``) as for a scenario written in the test's module.
+    """
+
+    def __init__(self, fn: TestBody, asked: frozenset[str]) -> None:
+        self.fn = fn
+        self.asked = asked
+        #: Seed -> the failed assertion's full text (pytest's explanation, not recorded).
+        self.explained: dict[int, str] = {}
+        self.__module__ = fn.__module__
+        self.__code__ = fn.__code__
+
+    def __call__(self, sim: Sim, config: dict[str, Any]) -> _Outcome:
+        outcome = _Outcome()
+        plan, seed = sim.faults, sim.seed
+        fn, asked, explained = self.fn, self.asked, self.explained
+
+        async def main(env: Any) -> None:
+            given = {"env": env, "faults": plan}
+            try:
+                await fn(**{k: v for k, v in given.items() if k in asked})
+            except BaseException as exc:  # an assertion, however deep in task groups
+                leaf: BaseException = exc
+                while isinstance(leaf, BaseExceptionGroup):
+                    leaf = leaf.exceptions[0]
+                if not isinstance(leaf, AssertionError):
+                    raise
+                outcome.failed = assertion_message(leaf)
+                explained[seed] = str(leaf)
+
+        sim.process(PROCESS, main, stores=[STORE])
+        return outcome
+
+
+def assertion_message(exc: AssertionError) -> str:
+    """What a run records of a failed assertion: the same under pytest's rewriting as without.
+
+    The first line of the assertion's own message when it has one, else the
+    ``assert`` statement's source, then where it failed (``file:line in
+    function``, the user's innermost frame).
+    """
+    from .sim.blocked import user_frames
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    node = _assert_at(tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else None
+    if node is not None and node.msg is None:
+        source = "".join(linecache.getlines(tb.tb_frame.f_code.co_filename)) if tb else ""
+        test = ast.get_source_segment(source, node.test) or "..."
+        text = f"assert {' '.join(test.split())}"
+    else:
+        text = str(exc).strip().partition("\n")[0] or "AssertionError"
+    frames = user_frames(exc.__traceback__)
+    return f"{text} ({frames[-1]})" if frames else text
+
+
+def _assert_at(filename: str, line: int) -> ast.Assert | None:
+    """The innermost ``assert`` statement of ``filename`` that spans ``line``, if any."""
+    source = "".join(linecache.getlines(filename))
+    if not source or not os.path.basename(filename).endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Assert)
+             and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    return min(found, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if found else None
