@@ -32,9 +32,10 @@ def format_time(t: float) -> str:
     return f"{days}d {clock}" if days else clock
 
 
-def _fields(fields: dict[str, Any]) -> str:
+def fields(values: dict[str, Any]) -> str:
+    """An event's fields as ``key=value`` pairs, values that are not text or a number as JSON."""
     return " ".join(f"{k}={v}" if isinstance(v, (str, int, float)) else f"{k}={json.dumps(v)}"
-                    for k, v in fields.items())
+                    for k, v in values.items())
 
 
 def _config(config: dict[str, Any]) -> str:
@@ -66,7 +67,7 @@ def describe(rec: dict[str, Any]) -> tuple[str, str] | None:
     """(actor, text) for a record worth telling, else None.  Raw: not yet escaped."""
     kind = rec["type"]
     if kind == "event":
-        extra = _fields(rec["fields"])
+        extra = fields(rec["fields"])
         return rec["actor"], f"{rec['event']}" + (f"  ({extra})" if extra else "")
     if kind == "fault":
         what, target, detail = rec["fault"], rec["target"], rec["detail"]
@@ -89,9 +90,21 @@ def story(trace: Trace, *, verbose: bool = False) -> list[tuple[int, str, str, s
 
     ``verbose`` adds the scheduler's decisions and, under a violation raised by
     an uncaught exception, the user's frames it passed through (innermost last).
+
+    Just before the first violation come the facts behind it that no record
+    tells (actor ``why``, :func:`dst.trace.causes.why`): messages sent and never
+    delivered, calls left parked while virtual time jumped, the faults injected.
+    A failure without any of these tells no such line.
     """
+    from .causes import why  # it draws on the timeline, which tells records as here
+
     lines = []
+    causes = why(trace)
     for rec in trace.records:
+        if causes and rec["type"] == "violation":
+            step, t = rec["step"], format_time(rec["t"])
+            lines += [(step, t, "why", visible(line)) for line in causes]
+            causes = []
         step, t = rec["step"], format_time(rec["t"])
         if rec["type"] == "decision":
             if verbose:

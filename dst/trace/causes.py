@@ -1,0 +1,154 @@
+"""Why a run failed: the facts behind a violation that its story would otherwise hide.
+
+A story tells what the code logged and the faults as they happened; what did
+*not* happen is silent there.  A message sent and never delivered, or a call
+left parked while virtual time jumped past it (a timeout fired first), leaves no
+event of its own: it shows only as an arrow in flight or a grey wait in
+``dst show --format html``, or as options enabled step after step in
+``dst show -v``.  Yet those are most often the cause: the revoke that never
+arrived, the refund call that sat parked nine virtual seconds while a lease ran
+out.  So :func:`why` states them, a line each, to be told just before the
+violation (``dst/trace/render.py`` puts them there), together with the faults
+the run injected before it, which in a long story have scrolled far above.
+
+The facts come from :func:`dst.trace.perfetto.timeline`, the same inference the
+HTML page draws, cut at the first violation:
+
+- **never delivered**: a message sent before the violation and still in flight
+  at it (one dropped or lost is a fault, told with the faults);
+- **parked across a time jump**: a task option enabled before the violation and
+  not taken until virtual time had moved on (or not at all);
+- **faults injected**: crashes, drops, duplicates, losses, partitions, service
+  and TCP faults, slow timers (a restart or a heal is a recovery, a refused or
+  stale call a consequence: the story tells those where they happen).
+
+A run without any of these gets no line at all: a plain race keeps its short
+story.  Each kind is capped (:data:`MAX_LISTED`), the rest counted in one more
+line, so that a long chaotic run still tells a story that fits a screen.
+"""
+
+from __future__ import annotations
+
+from .model import Trace
+from .perfetto import Arrow, Span, Timeline, timeline
+from .render import fields, format_time
+
+#: Messages, and parked waits, listed one a line before "and N more": three show the
+#: pattern (a request, its retry, the reply) without pushing the violation off a screen.
+MAX_LISTED = 3
+#: Faults named on the one line that lists them; past that, counted.
+MAX_FAULTS = 6
+
+#: Fault kinds the run injected (the rest are recoveries or their consequences), and
+#: how each is named on the faults line.
+_INJECTED = {
+    "crash": "crash of {target}",
+    "drop": "{target} dropped",
+    "dup": "{target} duplicated",
+    "lost": "{target} lost",
+    "partition": "partition of {target}",
+    "partitioned": "{target} lost to the partition",
+    "service": "{target}: {detail}",
+    "tcp": "connection {target}: {detail}",
+    "slow": "slow timer",
+}
+
+
+def why(trace: Trace) -> list[str]:
+    """Lines that say what stood behind the first violation (raw text: make it visible).
+
+    Empty for a trace without a violation, and for one whose violation has none
+    of the causes above behind it.
+    """
+    if not any(rec["type"] == "violation" for rec in trace.records):
+        return []
+    tl = timeline(trace)
+    at = tl.violation_at
+    if at is None:
+        return []
+    lines = _undelivered(tl, at) + _parked(tl, at)
+    faults = [rec for rec in trace.records[:at]
+              if rec["type"] == "fault" and rec["fault"] in _INJECTED]
+    if faults:
+        named = [_INJECTED[r["fault"]].format(target=r["target"], detail=r["detail"])
+                 + f" (step {r['step']})" for r in faults[:MAX_FAULTS]]
+        more = len(faults) - MAX_FAULTS
+        lines.append("faults injected: " + ", ".join(named)
+                     + (f", and {more} more" if more > 0 else ""))
+    return lines
+
+
+def duration(seconds: float) -> str:
+    """Virtual seconds as a reader says them: ``9s``, ``0.25s``, ``5h 58m 58s``, ``2d 6h``."""
+    if seconds < 60:
+        return f"{seconds:g}s"
+    rest = round(seconds)
+    parts = []
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return " ".join(parts)
+
+
+def _more(count: int, what: str) -> str:
+    return f"{count} more {what}{'s' * (count != 1)}"
+
+
+def _when(tl: Timeline, at: int) -> str:
+    return f"{format_time(tl.time_at(at))} (step {tl.step_at(at)})"
+
+
+def _undelivered(tl: Timeline, at: int) -> list[str]:
+    """Messages sent before record ``at`` and neither delivered nor lost by then."""
+    found = [a for a in tl.arrows if a.kind == "message" and a.start < at
+             and (a.fate == "in flight" or a.end > at)]
+    lines = []
+    for arrow in found[:MAX_LISTED]:
+        copy = f" (a copy of {arrow.copy_of})" if arrow.copy_of else ""
+        what = _sent_with(tl, arrow)
+        waited = tl.time_at(at) - tl.time_at(arrow.start)
+        lines.append(f"never delivered: {arrow.id}{copy} from {arrow.source[1]} to "
+                     f"{arrow.dest[1]}" + (f" ({what})" if what else "")
+                     + f", sent {_when(tl, arrow.start)}"
+                     + (f", {duration(waited)} before the violation" if waited > 0 else ""))
+    if len(found) > MAX_LISTED:
+        lines.append(f"never delivered: {_more(len(found) - MAX_LISTED, 'message')}")
+    return lines
+
+
+def _sent_with(tl: Timeline, arrow: Arrow) -> str:
+    """What the sender logged as it sent ``arrow`` (the trace keeps no message body)."""
+    records = tl.trace.records
+    step = records[arrow.start]["step"] if arrow.start < len(records) else None
+    for rec in records[arrow.start + 1:]:
+        if rec["step"] != step or rec["type"] == "decision":
+            break
+        if rec["type"] == "event" and rec["actor"] == arrow.source[1]:
+            extra = fields(rec["fields"])
+            return f'"{rec["event"]}"' + (f" {extra}" if extra else "")
+    return ""
+
+
+def _parked(tl: Timeline, at: int) -> list[str]:
+    """Task options enabled before record ``at`` and still not taken when virtual time
+    had moved on: the longest waits first."""
+    waits: list[tuple[float, Span]] = []
+    for span in tl.spans:
+        if span.kind != "parked" or span.start >= at:
+            continue
+        until = min(span.end, at)
+        waited = tl.time_at(until) - tl.time_at(span.start)
+        if waited > 0:
+            waits.append((waited, span))
+    waits.sort(key=lambda w: (-w[0], w[1].start))
+    lines = []
+    for waited, span in waits[:MAX_LISTED]:
+        op = span.label.removeprefix("parked at ")
+        end = (f" until {_when(tl, span.end)}" if span.end <= at
+               else ", still parked at the violation")
+        lines.append(f"parked across a time jump: {span.lane[1]} at {op} waited "
+                     f"{duration(waited)}, from {_when(tl, span.start)}{end}")
+    if len(waits) > MAX_LISTED:
+        lines.append(f"parked across a time jump: {_more(len(waits) - MAX_LISTED, 'wait')}")
+    return lines
