@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import functools
 import heapq
@@ -838,9 +839,10 @@ class SimLoop(asyncio.BaseEventLoop):
     def _kill(self) -> None:
         """The process crashed or the run stopped: no callback of this loop runs again.
 
-        Each pending task's coroutine is closed (creation order), so its
-        ``finally`` blocks run now, once, with every ``env`` call refused, as a
-        trio task's do while it unwinds.
+        Each pending task's coroutine is ended (creation order, ``_close``), so
+        its ``finally`` blocks run now, once, with every ``env`` call refused, as
+        a trio task's do while it unwinds; then the loop's async generators that
+        no task was inside are closed.
         """
         if self._killed:
             return
@@ -865,9 +867,6 @@ class SimLoop(asyncio.BaseEventLoop):
                 if task.done():
                     continue
                 coro = task.get_coro()
-                close = getattr(coro, "close", None)
-                if close is None:
-                    continue
                 # Closed as if in a step of its own task (its context, the current task),
                 # as what its finally blocks call may ask (anyio's cancel scopes do).
                 context = getattr(task, "_dst_context", None)
@@ -875,15 +874,13 @@ class SimLoop(asyncio.BaseEventLoop):
                 try:
                     _enter_task(self, task)
                     entered = True
-                    if context is not None:
-                        context.run(close)
-                    else:
-                        close()
-                except BaseException:  # a finally that awaited, or was refused
-                    pass
+                    _close(coro, context)
                 finally:
                     if entered:
                         _leave_task(self, task)
+            labels[self._driver] = self._name
+            for _, agen in sorted(self._agens.items()):
+                _close_agen(agen)
         finally:
             self._exit()
 
@@ -903,6 +900,74 @@ class SimLoop(asyncio.BaseEventLoop):
         self._ready.clear()
         self._scheduled.clear()
         self._drain_pool()
+
+
+async def run_sync_inline(_backend: object, func: Callable[..., Any], args: tuple[Any, ...],
+                          abandon_on_cancel: bool = False, limiter: object = None) -> Any:
+    """anyio's ``to_thread.run_sync`` in an asyncio process (its backend's
+    ``run_sync_in_worker_thread``, swapped by the guard): after anyio's own checkpoint,
+    the function runs inline, in a copy of the caller's context, as one step, as
+    ``SimLoop.run_in_executor`` runs it (threads are not simulated)."""
+    await asyncio.sleep(0)
+    return contextvars.copy_context().run(func, *args)
+
+
+#: Awaits a killed task's finally blocks may start before it is left as it is (each
+#: one is interrupted at once): bounds a finally that awaits in a loop.
+_CLOSE_TRIES = 100
+
+
+class _Killed(BaseException):
+    """Raised at each await a killed task's finally blocks make (``_close``)."""
+
+
+def _close(coro: Any, context: contextvars.Context | None) -> None:
+    """End a killed task's coroutine now, its finally blocks run to their end.
+
+    ``close()`` would throw ``GeneratorExit`` where the task waits, but a
+    ``GeneratorExit`` is never passed on through an async generator's
+    ``asend``/``athrow`` (an ``async with`` over ``@asynccontextmanager``, an
+    ``async for``): the generators the task was inside would be left suspended
+    mid-``finally``, for the garbage collector to close later, outside the loop
+    and the task's context.  :class:`_Killed` is passed on everywhere; each await
+    a finally block makes gets it too, at once (as a trio task's awaits in a
+    cancelled scope raise), until the coroutine is over.
+    """
+    throw = getattr(coro, "throw", None)
+    if throw is None:
+        close = getattr(coro, "close", None)
+        if close is not None:
+            with contextlib.suppress(BaseException):
+                close()
+        return
+    for _ in range(_CLOSE_TRIES):
+        try:
+            if context is not None:
+                context.run(throw, _Killed())
+            else:
+                throw(_Killed())
+        except BaseException:
+            return  # over: _Killed, or what a finally raised instead
+    with contextlib.suppress(BaseException):  # a finally that awaits for ever
+        coro.close()
+
+
+def _close_agen(agen: Any) -> None:
+    """Close an async generator of a killed loop that no task was inside."""
+    if getattr(agen, "ag_frame", None) is None or getattr(agen, "ag_running", False):
+        return
+    closing = agen.aclose()
+    try:
+        closing.send(None)
+    except BaseException:
+        return
+    for _ in range(_CLOSE_TRIES):
+        try:
+            closing.throw(_Killed())
+        except BaseException:
+            return
+    with contextlib.suppress(BaseException):
+        closing.close()
 
 
 class _StreamTransport(asyncio.Transport):

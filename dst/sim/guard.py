@@ -539,6 +539,15 @@ def _targets() -> list[Target]:
     trap(trio.to_thread, "run_sync", "trio.to_thread.run_sync()", _THREADS, entry_point=True,
          virtual=outside.run_inline)
     entry(trio.lowlevel, "start_thread_soon", "trio.lowlevel.start_thread_soon()", _THREADS)
+    # anyio's asyncio backend starts worker threads of its own (``anyio.to_thread.run_sync``
+    # in an asyncio process): inline too, as ``asyncio.to_thread`` is on dst's loop.
+    backend = _anyio_asyncio()
+    if backend is not None:
+        from .aio import run_sync_inline
+
+        out.append((backend, "run_sync_in_worker_thread", classmethod(_Trap(
+            "anyio.to_thread.run_sync()", vars(backend)["run_sync_in_worker_thread"].__func__,
+            _THREADS, entry_point=True, virtual=run_sync_inline)), False))
     entry(trio, "run_process", "trio.run_process()", _PROCESSES)
     entry(trio.lowlevel, "open_process", "trio.lowlevel.open_process()", _PROCESSES)
     entry(trio, "open_file", "trio.open_file()", _FILES)
@@ -578,6 +587,18 @@ def _targets() -> list[Target]:
     if isinstance(start, (int, float)):  # relativeCreated = created - _startTime
         out.append((logging, "_startTime", type(start)(0), False))
     return out
+
+
+def _anyio_asyncio() -> Any:
+    """anyio's asyncio backend class, loaded here when anyio is (it loads it on first use)."""
+    if "anyio" not in sys.modules:
+        return None
+    try:
+        from anyio._backends._asyncio import AsyncIOBackend
+    except ImportError:
+        return None
+    return AsyncIOBackend if isinstance(
+        vars(AsyncIOBackend).get("run_sync_in_worker_thread"), classmethod) else None
 
 
 def _unsimulated(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
