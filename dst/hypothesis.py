@@ -16,9 +16,15 @@ next test run tries it first::
     def test_a_yes_is_spent_once(run):
         assert run.passed, run.explain()
 
-A run that breaks a check writes its trace (``.dst/hypothesis/`` by default)
-and notes the ``dst replay`` command; Hypothesis prints the note with the
-final, shrunk example.
+Only the example Hypothesis reports writes a trace: Hypothesis replays each
+failure it found once more at the end, to print it, and that run (and no
+example it tried while searching or shrinking) is shrunk further by dst's own
+shrinker (:func:`dst.explore.shrink.shrink`, what ``dst shrink`` runs), whose
+shortest story is written under ``.dst/hypothesis/`` (or ``out``) and named in
+``explain()`` and in a note.  Hypothesis shrinks the choice sequence; dst's
+shrinker knows what the choices mean (a fault and the delivery it replaced, a
+wait that can go), so it usually gets shorter still.  The test itself is handed
+the run Hypothesis drew, so its verdict is the one Hypothesis shrank towards.
 
 Options are drawn with the fault plan's weights, as the random walk draws
 them (a crash at weight 0.05 is as rare here as in ``dst run``), as one
@@ -29,36 +35,62 @@ Once a test has failed, Hypothesis traces every line each later example runs
 drawn run those lines are the kernel's and the runtime's, thousands per run,
 and tracing them made every shrinking step several times slower; the run's
 trace says what happened instead.  So while a drawn run simulates, that
-tracer (and only that one: a coverage tool's is left alone) is paused.
+tracer (and only that one: a coverage tool's is left alone) is paused, for
+the whole draw.  A ``DrawnRun`` then holds plain values (its ``explain()`` is
+text made during the draw), so that a test body that reads it runs no line of
+dst either: the explanation names the user's lines, or none.
+
+An error raised inside a drawn run (a check, the setup, the code under test)
+reaches Hypothesis with dst's frames taken out of its traceback: what is
+printed goes from the test to the user's line that raised.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
+import shlex
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from hypothesis import note
 from hypothesis import strategies as st
+from hypothesis.control import current_build_context
+from hypothesis.errors import InvalidArgument
 
 from .registry import caller_file, is_shipped, load, near, shown_path
 from .runner.single import RunResult, run_one
 from .scenario import Scenario
 from .trace.codec import write_trace
-from .trace.model import scenario_file
+from .trace.model import Trace, scenario_file
 
 __all__ = ["DrawnRun", "runs"]
 
-#: Where traces of failing drawn runs are written, unless ``runs(..., out=...)``.
+#: Where the trace of a reported failure is written, unless ``runs(..., out=...)``.
 DEFAULT_OUT = Path(".dst") / "hypothesis"
+
+#: Seconds dst's shrinker may take on the failure Hypothesis reports.  It runs
+#: once per reported failure (not per example), and stops at its fixpoint long
+#: before this on the shipped scenarios (the approval lost update: about 1s);
+#: the bound keeps a scenario with very long runs from holding the report up.
+SHRINK_BUDGET = 10.0
 
 #: Units a weight of 1.0 is worth when an option is drawn as an integer.
 _UNITS = 20
+
+#: Hypothesis leaves out of a failure's traceback the frames of a module whose
+#: globals say this (as it does its own), when they come before the user's:
+#: the frame of the draw that re-raises an error from inside a run.
+__hypothesistracebackhide__ = True
+
+#: dst's own package: its frames are taken out of a drawn run's errors.
+_DST_DIR = str(Path(__file__).resolve().parent) + os.sep
 
 
 class _Drawn:
@@ -84,43 +116,85 @@ class _Drawn:
         return n - 1
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class DrawnRun:
-    """One run Hypothesis drew: its verdict, and how to see and replay it."""
+    """One run Hypothesis drew: its verdict, and how to see and replay it.
 
+    Every attribute is a plain value made while the run was drawn, and
+    ``explain()`` and ``replay_command()`` return text made then: a test body
+    that reads them runs no line of dst, so Hypothesis's explanation of a
+    failure cannot name dst's lines (see the module docstring).
+    """
+
+    #: The run itself: what the test judges, as Hypothesis drew it.
     result: RunResult
+    #: ``--scenario`` of the replay command (None for a shipped scenario).
     scenario_ref: str | None
+    #: Checks the run broke, the first one first.
+    violated: list[str]
+    passed: bool
+    #: Decisions the run made.
+    steps: int
+    #: The trace written for the failure Hypothesis reports: the shortest failing
+    #: story dst's shrinker found from this run (None for every other example).
     trace_path: Path | None
-
-    @property
-    def violated(self) -> list[str]:
-        return self.result.violated
-
-    @property
-    def passed(self) -> bool:
-        return not self.result.violated
-
-    @property
-    def steps(self) -> int:
-        return self.result.steps
-
-    def replay_command(self) -> str:
-        if self.trace_path is None:
-            return ""
-        line = f"dst replay {self.trace_path}"
-        return line + (f" --scenario {self.scenario_ref}" if self.scenario_ref else "")
-
-    def explain(self) -> str:
-        """One line for an assertion message: what broke and how to replay it."""
-        if self.passed:
-            return f"{self.result.scenario}: no violation in {self.steps} steps"
-        records = self.result.trace().records
-        message = next((r["message"] for r in records if r["type"] == "violation"), "")
-        return (f"{', '.join(self.violated)} violated after {self.steps} steps: {message}; "
-                f"replay: {self.replay_command()}")
+    #: Decisions in that trace (None when no trace was written).
+    trace_steps: int | None
+    #: ``explain()``: one line for an assertion message, what broke and how to replay it.
+    explain: Callable[[], str] = field(repr=False)
+    #: ``replay_command()``: ``dst replay TRACE [--scenario FILE]``, or "" without a trace.
+    replay_command: Callable[[], str] = field(repr=False)
+    _shown: str = field(repr=False, default="")
 
     def __repr__(self) -> str:
-        return f"<run of {self.result.scenario}: {self.explain()}>"
+        return self._shown
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """How Hypothesis prints the falsifying example (its pretty-printer's protocol)."""
+        printer.text(self._shown)
+
+
+def _text(value: str) -> Callable[[], str]:
+    """A callable returning ``value`` that runs no Python line (no frame to trace)."""
+    return functools.partial(str, value)
+
+
+def _violation(records: Sequence[Any]) -> str:
+    """The message of the first violation among a run's records (tuples, as a Sim keeps
+    them: ``("violation", step, t, name, message, ...)``) or a trace's (dicts)."""
+    for rec in records:
+        if isinstance(rec, dict):
+            if rec["type"] == "violation":
+                return str(rec["message"])
+        elif rec[0] == "violation":
+            return str(rec[4])
+    return ""
+
+
+def _drawn_run(result: RunResult, ref: str | None, trace: Trace | None,
+               path: Path | None) -> DrawnRun:
+    """A DrawnRun of ``result``, reporting ``trace`` (written at ``path``) if there is one."""
+    name, steps = result.scenario, result.steps
+    if result.violated:
+        told = f"{', '.join(result.violated)} violated after {steps} steps"
+        shown = f"<run of {name}: {told}>"
+    else:
+        told = f"{name}: no violation in {steps} steps"
+        shown = f"<run of {told}>"
+    replay = ""
+    trace_steps: int | None = None
+    if trace is not None and path is not None:
+        replay = f"dst replay {shlex.quote(str(path))}"
+        if ref is not None:
+            replay += f" --scenario {shlex.quote(ref)}"
+        trace_steps = len(trace.decisions)
+        shrunk = f" (shrunk from {steps})" if trace_steps < steps else ""
+        told = (f"{', '.join(trace.violated)} violated after {trace_steps} steps{shrunk}: "
+                f"{_violation(trace.records)}; replay: {replay}")
+    elif result.violated:
+        told += f": {_violation(result.sim.records)}"
+    return DrawnRun(result, ref, list(result.violated), not result.violated, steps, path,
+                    trace_steps, _text(told), _text(replay), shown)
 
 
 def runs(scenario: Scenario | str, config: Mapping[str, Any] | None = None, *,
@@ -130,34 +204,113 @@ def runs(scenario: Scenario | str, config: Mapping[str, Any] | None = None, *,
     ``config`` and keyword ``switches`` set switches (typed values, as in a
     trace header); the rest keep their defaults.  A relative file is looked for
     beside the file that calls ``runs`` (the test), then in the working directory.
+    The failure Hypothesis reports is shrunk by dst's shrinker and its trace
+    written under ``out`` (``.dst/hypothesis/`` in the working directory).
     """
+    named = scenario if isinstance(scenario, str) else scenario.name
     if isinstance(scenario, str):
         scenario = near(scenario, caller_file())
     scen = load(scenario) if isinstance(scenario, str) else scenario
     ref = scenario if isinstance(scenario, str) else _file_of(scen)
     if ref is not None and ref.endswith(".py"):
         ref = shown_path(ref)  # the --scenario of a replay line: short when it can be
-    cfg = scen.checked_config({**dict(config or {}), **switches})
+    asked = {**dict(config or {}), **switches}
+    cfg = scen.checked_config(asked)
     where = Path(out) if out is not None else DEFAULT_OUT
-    shipped_name = is_shipped(scen.name) and (ref is None or ref == scen.name)
+    replay_ref = None if is_shipped(scen.name) and (ref is None or ref == scen.name) else ref
 
+    # Named ``runs`` and given the test's own arguments, so that Hypothesis, which
+    # names the strategy an error came from, prints ``runs('bank.py', {...})``.
     @st.composite
-    def one_run(draw: Any) -> DrawnRun:
-        drawn = _Drawn(draw)
+    def runs(draw: Any, *_shown: Any) -> DrawnRun:
         with _explain_tracer_paused():
+            return _draw(draw)
+
+    def _draw(draw: Any) -> DrawnRun:
+        drawn = _Drawn(draw)
+        try:
             result = run_one(scen, cfg, 0, strategy=lambda _seed: drawn)
-        path: Path | None = None
-        if result.violated:
-            result.scenario_file = scenario_file(ref)  # in the header: the file, from here
-            trace = result.trace()
-            digest = hashlib.sha256(trace.text().encode("utf-8")).hexdigest()[:12]
-            path = write_trace(trace, where / f"{scen.name}-{digest}.jsonl")
-        run = DrawnRun(result, None if shipped_name else ref, path)
-        if path is not None:
-            note(f"{', '.join(run.violated)} violated; replay: {run.replay_command()}")
+        except Exception as exc:
+            _without_dst_frames(exc)
+            raise
+        result.scenario_file = scenario_file(ref)  # in the header: the file, from here
+        if not (result.violated and _reported()):
+            return _drawn_run(result, replay_ref, None, None)
+        trace = _shortest(scen, result.trace())
+        digest = hashlib.sha256(trace.text().encode("utf-8")).hexdigest()[:12]
+        path = write_trace(trace, where / f"{scen.name}-{digest}.jsonl")
+        run = _drawn_run(result, replay_ref, trace, path)
+        steps = len(trace.decisions)
+        by = f", shrunk by dst from {result.steps}" if steps < result.steps else ""
+        note(f"trace of this failure ({steps} steps{by}): {path}; "
+             f"replay: {run.replay_command()}")
         return run
 
-    return one_run()
+    return runs(named, asked) if asked else runs(named)
+
+
+def _reported() -> bool:
+    """Whether this draw is for the example Hypothesis reports: its last replay of a
+    failure it found, to print it (the build context's ``is_final``)."""
+    try:
+        return bool(current_build_context().is_final)
+    except InvalidArgument:  # no build context: not drawn by Hypothesis's engine
+        return False
+
+
+def _shortest(scenario: Scenario, trace: Trace) -> Trace:
+    """``trace`` shrunk by dst's shrinker, or ``trace`` itself if that fails or gains nothing.
+
+    The shrinker keeps the first check broken; a test may be about another one
+    the run broke too, so a shorter story that does not break every check the
+    run broke is not taken.
+    """
+    from .explore.shrink import shrink
+
+    try:
+        shrunk = shrink(scenario, trace, budget=SHRINK_BUDGET)
+    except Exception:  # a run that does not replay, or a check that raises on a candidate
+        return trace
+    if shrunk.improved and set(shrunk.trace.violated) >= set(trace.violated):
+        return shrunk.trace
+    return trace
+
+
+def _without_dst_frames(exc: BaseException) -> None:
+    """Take dst's frames out of the traceback of ``exc`` and of what it chains and groups.
+
+    An error raised in dst itself keeps its frames: they are where the error is.
+    """
+    seen: set[int] = set()
+
+    def trim(err: BaseException | None) -> None:
+        if err is None or id(err) in seen:
+            return
+        seen.add(id(err))
+        frames = [(tb.tb_frame, tb.tb_lasti, tb.tb_lineno) for tb in _walk(err.__traceback__)]
+        if frames and not _in_dst(frames[-1][0].f_code.co_filename):
+            kept: TracebackType | None = None
+            for frame, lasti, lineno in reversed(frames):
+                if not _in_dst(frame.f_code.co_filename):
+                    kept = TracebackType(kept, frame, lasti, lineno)
+            err.__traceback__ = kept
+        trim(err.__cause__)
+        trim(err.__context__)
+        for inner in getattr(err, "exceptions", ()):
+            trim(inner)
+
+    trim(exc)
+
+
+def _walk(tb: TracebackType | None) -> Iterator[TracebackType]:
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+@functools.cache
+def _in_dst(filename: str) -> bool:
+    return str(Path(filename).resolve()).startswith(_DST_DIR)
 
 
 #: The module of the tracer Hypothesis's explain phase installs (``Tracer``).

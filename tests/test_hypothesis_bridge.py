@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,19 +15,24 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+import dst
 from dst.cli import main
+from dst.explore.shrink import shrink
 from dst.hypothesis import DrawnRun, runs
+from dst.registry import load
+from dst.trace.codec import read_trace
 
-#: The Hypothesis seed the default run tries; DST_SOAK judges the bridge on twenty.
-SEEDS = range(1)
 soak = pytest.mark.skipif(not os.environ.get("DST_SOAK"), reason="set DST_SOAK=1 to soak")
 
 
-def _lost_update_test(tmp_path: Path, hypothesis_seed: int) -> AssertionError | None:
+def _lost_update_test(out: Path, hypothesis_seed: int,
+                      seen: list[DrawnRun] | None = None) -> AssertionError | None:
     @seed(hypothesis_seed)
     @settings(database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(runs("approval", spend_mode="before", out=tmp_path))
+    @given(runs("approval", spend_mode="before", out=out))
     def test_a_yes_is_spent_once(run: DrawnRun) -> None:
+        if seen is not None:
+            seen.append(run)
         assert "AtMostOnce" not in run.violated, run.explain()
 
     try:
@@ -33,18 +42,142 @@ def _lost_update_test(tmp_path: Path, hypothesis_seed: int) -> AssertionError | 
     return None
 
 
-@pytest.mark.parametrize("hypothesis_seed", SEEDS)
-def test_hypothesis_finds_and_shrinks_the_approval_lost_update(
-        tmp_path: Path, hypothesis_seed: int) -> None:
-    failure = _lost_update_test(tmp_path, hypothesis_seed)
+@dataclass
+class LostUpdate:
+    """The approval lost update, found and reported once for the tests below."""
+
+    out: Path
+    failure: AssertionError
+    #: The run Hypothesis reported (its last replay, the one with a trace).
+    reported: DrawnRun
+    #: How many examples broke AtMostOnce on the way (each could have left a trace).
+    failing_examples: int
+
+
+@pytest.fixture(scope="module")
+def lost_update(tmp_path_factory: pytest.TempPathFactory) -> LostUpdate:
+    out = tmp_path_factory.mktemp("hypothesis")
+    seen: list[DrawnRun] = []
+    failure = _lost_update_test(out, 0, seen)
     assert failure is not None, "the default example budget did not find the lost update"
-    message = str(failure)
-    assert "AtMostOnce violated" in message and "replay: dst replay " in message
-    path = message.split("replay: dst replay ", 1)[1].split()[0]
-    replayed = CliRunner().invoke(main, ["replay", path])
+    reported = [run for run in seen if run.trace_path is not None]
+    assert len(reported) == 1, [run.trace_path for run in reported]
+    return LostUpdate(out, failure, reported[0], sum(not run.passed for run in seen))
+
+
+def test_a_failing_test_leaves_one_trace_the_one_its_message_names(
+        lost_update: LostUpdate) -> None:
+    assert lost_update.failing_examples > 1  # Hypothesis shrank through many failing runs
+    [kept] = lost_update.out.iterdir()
+    message = str(lost_update.failure)
+    assert f"replay: dst replay {kept}" in message, message
+    assert kept.name.startswith("approval-") and kept.name.endswith(".jsonl")
+    replayed = CliRunner().invoke(main, ["replay", str(kept)])
     assert replayed.exit_code == 1 and replayed.output.startswith("identical"), replayed.output
-    steps = int(message.split(" steps:", 1)[0].rsplit(" ", 1)[1])
-    assert steps <= 30  # shrunk: random walks that break it take longer stories
+
+
+def test_the_reported_story_is_as_short_as_dst_shrink_makes_the_drawn_run(
+        lost_update: LostUpdate) -> None:
+    """Hypothesis shrinks the choice sequence; dst's shrinker, run on the final failing run,
+    gets shorter still, and the reported trace is the shrinker's."""
+    run = lost_update.reported
+    direct = shrink(load("approval"), run.result.trace())
+    assert direct.after.steps < run.steps  # the bridge alone reported a longer story
+    assert run.trace_steps == direct.after.steps
+    assert run.trace_path is not None
+    assert len(read_trace(run.trace_path).decisions) == direct.after.steps
+    message = str(lost_update.failure)
+    assert f"AtMostOnce violated after {direct.after.steps} steps (shrunk from {run.steps})" \
+        in message, message
+
+
+RACE = '''
+import dst
+
+scenario = dst.Scenario("race", doc="two writers; b must not finish before a begins")
+scenario.switch("raise_in_check", False)
+
+
+@scenario.setup
+def setup(sim, config):
+    db = sim.store("db")
+
+    async def writer(env):
+        for i in range(3):
+            await env.store.put(f"{env.name}{i}", i)
+
+    sim.process("a", writer, stores=["db"])
+    sim.process("b", writer, stores=["db"])
+    return db, config["raise_in_check"]
+
+
+@scenario.invariant("ABeginsFirst")
+def a_begins_first(world):
+    db, raise_in_check = world
+    if db.peek("b2") is not None and db.peek("a0") is None:
+        if raise_in_check:
+            raise ValueError("b ended before a began")
+        return "b ended before a began"
+    return True
+'''
+
+USER_TESTS = '''
+from hypothesis import given, seed, settings
+
+from dst.hypothesis import runs
+
+
+@seed(0)
+@settings(database=None, deadline=None)
+@given(runs("race.py"))
+def test_a_begins_first(run):
+    if not run.passed:
+        told = run.explain()
+        raise AssertionError(told)
+
+
+@seed(0)
+@settings(database=None, deadline=None)
+@given(runs("race.py", raise_in_check=True))
+def test_a_check_that_raises(run):
+    assert run.passed, run.explain()
+'''
+
+#: A frame or an explanation line in a file of dst's package, as pytest or Hypothesis print it.
+DST_LINE = re.compile(r"(^|[\s\"'(])(\S*[/\\])?dst[/\\](\w+[/\\])*\w+\.py[:\"]", re.MULTILINE)
+
+
+def test_a_failure_shows_the_user_s_code_and_none_of_dst_s(tmp_path: Path) -> None:
+    """Run as a user meets it: pytest in a process of its own, from the project's parent,
+    on tests whose scenario file lies beside them."""
+    tests = tmp_path / "proj" / "tests"
+    tests.mkdir(parents=True)
+    (tests / "race.py").write_text(RACE, encoding="utf-8")
+    (tests / "test_race.py").write_text(USER_TESTS, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "proj/tests"], cwd=tmp_path, capture_output=True, text=True,
+                          check=False, timeout=600, env=dict(os.environ, PYTHONHASHSEED="0"))
+    output = done.stdout + done.stderr
+    assert "2 failed" in output, output
+    assert str(Path(dst.__file__).parent) not in output, output
+    assert not DST_LINE.search(output), DST_LINE.search(output)
+    # The user's lines: the check that raised, and the explanation of the other failure.
+    assert 'raise ValueError("b ended before a began")' in output, output
+    assert "proj/tests/race.py:" in output, output
+    assert "ValueError: b ended before a began" in output, output
+    assert "Explanation:" in output, output
+    explained = output.split("Explanation:", 1)[1].split("\n\n", 1)[0]
+    assert "proj/tests/test_race.py:" in explained, explained
+    # The one trace, in .dst/hypothesis/ under the directory pytest ran in, replays from there.
+    [kept] = (tmp_path / ".dst" / "hypothesis").iterdir()
+    replay = re.search(r"replay: (dst replay \S+ --scenario \S+)", output)
+    assert replay is not None, output
+    assert replay.group(1) == f"dst replay .dst/hypothesis/{kept.name} " \
+        "--scenario proj/tests/race.py"
+    again = subprocess.run([sys.executable, "-m", "dst", *shlex.split(replay.group(1))[1:]],
+                           cwd=tmp_path, capture_output=True, text=True, check=False,
+                           timeout=120)
+    assert again.returncode == 1 and again.stdout.startswith("identical"), again.stderr
 
 
 def test_a_correct_config_passes_every_drawn_run(tmp_path: Path) -> None:
