@@ -174,19 +174,37 @@ class BulkSummary:
                 self.states |= o.states
 
 
-def _outcomes(results: list[RunResult], keep: KeepPolicy | None) -> list[SeedOutcome]:
+def _passed(r: RunResult) -> SeedOutcome | RunResult:
+    """A run that passed and ended on its own, as its outcome (no trace is ever rendered
+    for it); any other run as it is, for ``_outcomes`` to look at beside its chunk.
+
+    Called as each run ends, so that a chunk keeps only its failing and bounded runs
+    alive: a chunk of 200 finished runs held to its end made the collector walk them
+    all between seeds."""
+    if r.verdict == "fail" or r.ended == "bound":
+        return r
+    return SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps, None, ended=r.ended,
+                       probes_declared=r.probes_declared, probes_reached=r.probes_reached,
+                       states=r.states)
+
+
+def _outcomes(results: list[RunResult] | list[SeedOutcome | RunResult],
+              keep: KeepPolicy | None) -> list[SeedOutcome]:
     """One outcome per run, with the traces worth rendering: with ``keep`` None every
-    failing and bounded run's (the caller keeps them all), else those ``keep`` wants."""
-    sigs = {r.seed: signature(r.sim.records, r.violated) for r in results
+    failing and bounded run's (the caller keeps them all), else those ``keep`` wants.
+    A run already made an outcome (``_passed``) stays as it is."""
+    runs = [r for r in results if isinstance(r, RunResult)]
+    sigs = {r.seed: signature(r.sim.records, r.violated) for r in runs
             if r.verdict == "fail"}
     if keep is None:
-        render = set(sigs) | {r.seed for r in results if r.ended == "bound"}
+        render = set(sigs) | {r.seed for r in runs if r.ended == "bound"}
     else:
-        render = to_render(((r.seed, r.steps, sigs[r.seed]) for r in results
+        render = to_render(((r.seed, r.steps, sigs[r.seed]) for r in runs
                             if r.seed in sigs), keep)
-        bounded = [r.seed for r in results if r.ended == "bound" and r.seed not in sigs]
+        bounded = [r.seed for r in runs if r.ended == "bound" and r.seed not in sigs]
         render.update(bounded[:keep.bounded])
-    return [SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps,
+    return [r if isinstance(r, SeedOutcome) else
+            SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps,
                         r.trace().text() if r.seed in render else None, ended=r.ended,
                         probes_declared=r.probes_declared, probes_reached=r.probes_reached,
                         states=r.states, signature=sigs.get(r.seed))
@@ -197,10 +215,13 @@ def _outcomes(results: list[RunResult], keep: KeepPolicy | None) -> list[SeedOut
 
 
 def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: Iterable[int],
-               beat: Beat | None, strategy: str = "random") -> list[RunResult]:
+               beat: Beat | None, strategy: str = "random",
+               keep_as: Callable[[RunResult], Any] | None = None) -> list[Any]:
     """Run ``seeds`` in order under the strategy ``strategy`` names (a spec of
-    ``dst.explore.strategies``), stopping early when asked; user errors become one line."""
-    results: list[RunResult] = []
+    ``dst.explore.strategies``), stopping early when asked; user errors become one line.
+
+    Each run's result, or what ``keep_as`` makes of it as the run ends."""
+    results: list[Any] = []
     current = [-1]
 
     def feed() -> Iterator[int]:
@@ -213,7 +234,7 @@ def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: It
             yield seed
 
     def done(r: RunResult) -> None:
-        results.append(r)
+        results.append(r if keep_as is None else keep_as(r))
         if beat is not None:
             beat.finished()
 
@@ -242,12 +263,16 @@ def run_chunk(
     rendered (``dst.trace.model.scenario_file``, made by the process that was asked).
     """
     scenario = load(scenario_ref)
+    if not check_determinism:
+        kept = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy, _passed)
+        for r in kept:
+            if isinstance(r, RunResult):
+                r.scenario_file = scenario_file
+        return _outcomes(kept, keep)
     first = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy)
     for r in first:
         r.scenario_file = scenario_file
     outcomes = _outcomes(first, keep)
-    if not check_determinism:
-        return outcomes
     second = _run_pass(scenario, scenario_ref, config, [r.seed for r in first], beat,
                        strategy)
     checked = []
