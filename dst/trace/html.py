@@ -1,8 +1,12 @@
 """A trace as one self-contained HTML page: swimlanes on virtual time, and the steps beside.
 
 The page is a bug report that opens anywhere, offline: one file, its CSS inline,
-no script at all and nothing fetched (a Content-Security-Policy of
-``default-src 'none'`` says so to the browser as well).  It is drawn on the
+nothing fetched, and one short script of dst's own, the only one the page's
+Content-Security-Policy (``default-src 'none'``) lets run, by its hash.  The
+script only scrolls: on open, the violation into view (the lanes to its column,
+the decisions beside to its record); on a link to a folded record, its fold
+open.  Without it the page is whole, and the headline links to the violation.
+It is drawn on the
 server side as SVG from :func:`dst.trace.perfetto.timeline`: a lane per actor,
 grouped by process; messages as arrows from send to delivery (drops, losses
 and duplicates marked); crash and partition bands over a process; the waits of
@@ -20,16 +24,25 @@ the only links are fragments built from record numbers.
 The horizontal axis is record order, one column per record, with virtual time
 written above it where it changes and a gap where it jumps: most of a run
 happens at one virtual instant, which a strictly proportional axis would
-collapse to a line.
+collapse to a line.  A long run is mostly quiet stretches, decisions with
+nothing told between them (no event, fault or check): each of
+:data:`FOLD_MIN` records or more is folded, drawn in :data:`FOLD_COLUMNS`
+columns under a band that says what it holds, and listed beside as one line
+that opens (``<details>``) to its decisions.  A 300-step run of
+``replenish_history`` folds 178 of its 357 records into 11 folds.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 from collections.abc import Iterable
+from typing import Any
 
 from .. import __version__
+from .causes import why
 from .escape import visible
 from .model import Trace
 from .perfetto import Arrow, Mark, Span, Timeline, timeline
@@ -39,6 +52,11 @@ from .render import describe, format_time, shrunk_note, title_seed
 _LANE_H = 26
 _AXIS_H = 44
 _GAP = 3
+#: Records in the shortest quiet stretch that is folded: shorter ones cost less room
+#: than the fold that would stand for them.
+FOLD_MIN = 6
+#: Columns a folded stretch is drawn in, however long it is.
+FOLD_COLUMNS = 2
 
 
 def _text(value: object) -> str:
@@ -54,19 +72,56 @@ def _column_width(records: int) -> int:
     return 5
 
 
+def quiet_stretches(tl: Timeline) -> list[tuple[int, int]]:
+    """The folds of ``tl``: ``(start, end)`` record ranges (end exclusive) of at least
+    :data:`FOLD_MIN` decisions, none of them followed by a record that tells something
+    (an event, a fault, a violation or a check), so the decision that led to one stays
+    in view beside it."""
+    records = tl.trace.records
+    busy = [rec["type"] != "decision" for rec in records]
+    for at in range(len(records) - 1):
+        busy[at] = busy[at] or busy[at + 1]
+    folds, start = [], None
+    for at in range(len(records) + 1):
+        if at < len(records) and not busy[at]:
+            start = at if start is None else start
+            continue
+        if start is not None and at - start >= FOLD_MIN:
+            folds.append((start, at))
+        start = None
+    return folds
+
+
 class _Geometry:
-    """Where a record position and a lane are drawn."""
+    """Where a record position and a lane are drawn: a column each, a gap before a jump
+    of virtual time, a fold's records squeezed into :data:`FOLD_COLUMNS` columns."""
 
     def __init__(self, tl: Timeline) -> None:
-        self.width = _column_width(tl.end)
-        self.columns: list[int] = []
-        gaps = 0
+        self.folds = quiet_stretches(tl)
+        self.width = _column_width(tl.end - sum(end - start for start, end in self.folds))
+        self.columns: list[float] = []
+        #: Positions drawn after a gap (virtual time jumped just before them).
+        self.jumps: set[int] = set()
+        self.folded: set[int] = set()
+        ends = dict(self.folds)
+        column, fold = -1.0, None
         for at in range(tl.end + 1):
+            if fold is not None and at == fold[1]:
+                column, fold = fold[2] + FOLD_COLUMNS, None
+            if fold is None and at in ends:
+                fold = (at, ends[at], column + 1.5)
+            if fold is not None:
+                start, end, base = fold
+                self.columns.append(base + FOLD_COLUMNS * (at - start) / max(1, end - start - 1))
+                self.folded.add(at)
+                continue
+            column += 1
             if at and tl.time_at(at) > tl.time_at(at - 1):
-                gaps += _GAP
-            self.columns.append(at + gaps)
+                column += _GAP
+                self.jumps.add(at)
+            self.columns.append(column)
         self.rows = {lane.key: n for n, lane in enumerate(tl.lanes)}
-        self.total_width = (self.columns[-1] + 2) * self.width
+        self.total_width = round((self.columns[-1] + 2) * self.width)
         self.total_height = _AXIS_H + len(tl.lanes) * _LANE_H + 8
 
     def x(self, at: int) -> float:
@@ -87,7 +142,8 @@ def render_html(trace: Trace, *, replay: str | None = None) -> str:
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-        "style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'\">",
+        f"style-src 'unsafe-inline'; script-src '{_SCRIPT_HASH}'; base-uri 'none'; "
+        "form-action 'none'\">",
         '<meta name="referrer" content="no-referrer">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>dst: {_text(title)}</title>",
@@ -98,8 +154,8 @@ def render_html(trace: Trace, *, replay: str | None = None) -> str:
         '<div class="main"><section class="lanes" aria-label="swimlanes">',
         *_names(tl),
         f'<div class="scroll">{_svg(tl, geo)}</div></section>',
-        *_steps(tl),
-        "</div></body></html>",
+        *_steps(tl, geo),
+        f"</div><script>{_SCRIPT}</script></body></html>",
     ]
     return "\n".join(parts) + "\n"
 
@@ -123,8 +179,14 @@ def _summary(tl: Timeline, replay: str | None) -> list[str]:
            f"<small>seed {_text(title_seed(h))}</small></h1>",
            f'<p class="headline">{_text(headline)}'
            + (f' at <a href="#r{tl.violation_at}">step {_text(vio["step"])}</a>, virtual '
-              f'{_text(format_time(vio["t"]))}: <q>{_text(vio["message"])}</q>' if vio else "")
-           + "</p>", "<dl>"]
+              f'{_text(format_time(vio["t"]))}: <q>{_text(vio["message"])}</q> '
+              '<a href="#violation">(in the lanes)</a>' if vio else "")
+           + "</p>"]
+    causes = why(tl.trace) if vio else []
+    if causes:
+        out += ['<ul class="why" aria-label="why">',
+                *[f"<li>{_text(line)}</li>" for line in causes], "</ul>"]
+    out.append("<dl>")
     config = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
                       for k, v in sorted(h["config"].items()))
     rows: list[tuple[str, str]] = [
@@ -170,6 +232,7 @@ def _svg(tl: Timeline, geo: _Geometry) -> str:
     parts = [f'<svg width="{geo.total_width}" '
              f'height="{geo.total_height}" role="img" aria-label="timeline">', _DEFS]
     parts += _stripes(tl, geo)
+    parts += [_fold(tl, geo, start, end) for start, end in geo.folds]
     parts += _axis(tl, geo)
     parts += [_band(tl, geo, s) for s in tl.spans if s.kind in ("crash", "partition")]
     parts += [_wait(geo, s) for s in tl.spans if s.kind not in ("crash", "partition")]
@@ -198,12 +261,15 @@ def _axis(tl: Timeline, geo: _Geometry) -> Iterable[str]:
     """Virtual time where it changes (labels kept apart), jumps shown, steps every so often."""
     last_label = -1e9
     step_every = max(1, round(60 / geo.width))
-    last_step = -1
+    last_step, shown = -1, None  # shown: the time at the last position drawn
     for at in range(tl.end):
+        if at in geo.folded:
+            continue  # a fold says its own times and steps
         x = geo.x(at)
         t = tl.time_at(at)
-        if at == 0 or t > tl.time_at(at - 1):
-            if at:
+        if shown is None or t > shown:
+            shown = t
+            if at in geo.jumps:
                 jump = x - geo.width * (_GAP + 1) / 2
                 yield (f'<line class="jump" x1="{jump:.1f}" y1="14" x2="{jump:.1f}" '
                        f'y2="{geo.total_height}"><title>virtual time jumps '
@@ -216,6 +282,19 @@ def _axis(tl: Timeline, geo: _Geometry) -> Iterable[str]:
                 and tl.trace.records[at]["type"] == "decision":
             yield f'<text class="stepno" x="{x:.1f}" y="{_AXIS_H - 8}">{step}</text>'
             last_step = step
+
+
+def _fold(tl: Timeline, geo: _Geometry, start: int, end: int) -> str:
+    """A quiet stretch, squeezed: a band over every lane, linked to its fold beside."""
+    x1, x2 = geo.x(start) - geo.width / 2, geo.x(end - 1) + geo.width / 2
+    t1, t2 = tl.time_at(start), tl.time_at(end - 1)
+    tip = (f"{end - start} quiet decisions folded, steps {tl.step_at(start)} to "
+           f"{tl.step_at(end - 1)}: nothing logged, no fault"
+           + (f"; virtual time {format_time(t1)} to {format_time(t2)}" if t2 > t1 else ""))
+    return (f'<a href="#r{start}"><g class="fold"><title>{_text(tip)}</title>'
+            f'<rect x="{x1:.1f}" y="{_AXIS_H - 14}" width="{x2 - x1:.1f}" '
+            f'height="{geo.total_height - _AXIS_H + 14}"/>'
+            f'<text x="{(x1 + x2) / 2:.1f}" y="{_AXIS_H - 18}">{end - start}</text></g></a>')
 
 
 def _seconds(dt: float) -> str:
@@ -289,45 +368,81 @@ def _mark(tl: Timeline, geo: _Geometry, mark: Mark) -> str:
                  f'L{x - r:.1f},{y:.1f} Z"/>')
     else:
         shape = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4"/>'
-    return (f'<a href="#r{mark.at}"><g class="mark {kind}"><title>{_text(tip)}</title>'
+    first = ' id="violation"' if mark.kind == "violation" and mark.at == tl.violation_at else ""
+    return (f'<a href="#r{mark.at}"><g class="mark {kind}"{first}><title>{_text(tip)}</title>'
             f"{shape}</g></a>")
 
 
 # -- the steps beside -------------------------------------------------------------------
 
 
-def _steps(tl: Timeline) -> list[str]:
-    """Every decision (the option chosen, how many there were) and what followed it."""
+def _steps(tl: Timeline, geo: _Geometry) -> list[str]:
+    """Every decision (the option chosen, how many there were) and what followed it; a
+    quiet stretch as one line that opens to its decisions."""
     violating = tl.step_at(tl.violation_at) if tl.violation_at is not None else None
     out = ['<aside class="steps" aria-label="decisions"><h2>Decisions and what followed</h2>',
            '<ol class="records">']
+    ends = dict(geo.folds)
+    lasts = {end - 1 for _, end in geo.folds}
     for at, rec in enumerate(tl.trace.records):
+        if at in ends:
+            first, last = tl.trace.records[at], tl.trace.records[ends[at] - 1]
+            when = format_time(first["t"]) + (f" to {format_time(last['t'])}"
+                                              if last["t"] > first["t"] else "")
+            out.append(f'<li class="fold"><details><summary>{ends[at] - at} quiet decisions, '
+                       f"steps {_text(first['step'])} to {_text(last['step'])} "
+                       f'<span class="when">({_text(when)})</span></summary>'
+                       '<ol class="records">')
         hot = " violating" if rec["step"] == violating and (
             rec["type"] == "decision" or at == tl.violation_at) else ""
-        when = f'<span class="when">{_text(format_time(rec["t"]))}</span>'
-        if rec["type"] == "decision":
-            enabled: list[str] = rec["enabled"]
-            options = "\n".join(("> " if i == rec["chosen"] else "  ") + visible(label)
-                                for i, label in enumerate(enabled))
-            of = f' <span class="of">of {len(enabled)}</span>' if len(enabled) > 1 else ""
-            data = " data" if rec["kind"] == "data" else ""
-            out.append(f'<li id="r{at}" class="decision{data}{hot}" '
-                       f'title="{html.escape(options, quote=True)}">'
-                       f'<span class="stepno">{_text(rec["step"])}</span>{when}'
-                       f'<span class="chosen">{_text(enabled[rec["chosen"]])}</span>{of}</li>')
-            continue
-        told = describe(rec)
-        if told is None:
-            continue
-        kind = rec["type"] + (" bad" if rec["type"] == "fault" or (
-            rec["type"] == "check" and not rec["ok"]) else "")
-        out.append(f'<li id="r{at}" class="told {_text(kind)}{hot}">{when}'
-                   f'<span class="actor">{_text(told[0])}</span> {_text(told[1])}</li>')
+        out += _record(at, rec, hot)
+        if at in lasts:
+            out.append("</ol></details></li>")
     out.append("</ol></aside>")
     return out
 
 
+def _record(at: int, rec: dict[str, Any], hot: str) -> list[str]:
+    """One record of the list: a decision, or what the run told."""
+    when = f'<span class="when">{_text(format_time(rec["t"]))}</span>'
+    if rec["type"] == "decision":
+        enabled: list[str] = rec["enabled"]
+        chosen: int = rec["chosen"]
+        options = "\n".join(("> " if i == chosen else "  ") + visible(label)
+                            for i, label in enumerate(enabled))
+        of = f' <span class="of">of {len(enabled)}</span>' if len(enabled) > 1 else ""
+        data = " data" if rec["kind"] == "data" else ""
+        return [f'<li id="r{at}" class="decision{data}{hot}" '
+                f'title="{html.escape(options, quote=True)}">'
+                f'<span class="stepno">{_text(rec["step"])}</span>{when}'
+                f'<span class="chosen">{_text(enabled[chosen])}</span>{of}</li>']
+    told = describe(rec)
+    if told is None:
+        return []
+    kind = rec["type"] + (" bad" if rec["type"] == "fault" or (
+        rec["type"] == "check" and not rec["ok"]) else "")
+    return [f'<li id="r{at}" class="told {_text(kind)}{hot}">{when}'
+            f'<span class="actor">{_text(told[0])}</span> {_text(told[1])}</li>']
+
+
 # -- fixed parts: no trace text below this line ------------------------------------------
+
+#: The page's one script: no trace text, so its hash stands in the policy for good.  On
+#: open (no fragment asked for) it scrolls the decisions beside to the violating record
+#: and then the violation into view, the lanes to its column; a link to a record in a
+#: fold opens the fold first.
+_SCRIPT = """(function(){
+function shown(){var t=location.hash&&document.getElementById(location.hash.slice(1));
+for(var e=t;e;e=e.parentElement){if(e.tagName==="DETAILS"){e.open=true;}}
+if(t){t.scrollIntoView({block:"nearest",inline:"center"});}}
+addEventListener("hashchange",shown);
+if(location.hash){shown();return;}
+var v=document.getElementById("violation");if(!v){return;}
+var s=document.querySelector(".steps"),r=document.querySelector(".records .violation");
+if(s&&r){s.scrollTop=r.offsetTop-s.clientHeight/2;}
+v.scrollIntoView({block:"nearest",inline:"center"});
+})();"""
+_SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
 
 _DEFS = """<defs>
 <marker id="head-msg" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7"
@@ -380,6 +495,7 @@ h2{font-size:14px;margin:0 0 6px}
  vertical-align:middle}
 .tag.fail{background:#dc2626}.tag.pass{background:#16a34a}.tag.other{background:#6b7280}
 .headline{margin:0 0 10px;font-size:15px}.headline q{color:#991b1b}
+.why{margin:-4px 0 10px;padding-left:1.4em;font-size:13px;color:#7f1d1d}
 dl{display:grid;grid-template-columns:repeat(auto-fill,minmax(260px,1fr));gap:2px 18px;
  margin:0 0 10px}
 dl div{display:flex;gap:8px;min-width:0}dt{color:var(--muted);min-width:60px}
@@ -421,8 +537,15 @@ svg text{font:10.5px ui-monospace,"DejaVu Sans Mono",monospace;fill:var(--muted)
 .mark.fault path{fill:#16a34a}.mark.fault.bad path{fill:#dc2626}
 .mark.violation path{fill:#dc2626;stroke:#7f1d1d;stroke-width:1.5}
 a:hover .mark,a:focus .mark{opacity:.6}
-.steps{border:1px solid var(--line);border-radius:6px;padding:8px;max-height:80vh;
- overflow-y:auto;min-width:0}
+.steps{position:relative;border:1px solid var(--line);border-radius:6px;padding:8px;
+ max-height:80vh;overflow-y:auto;min-width:0}
+.steps::after{content:"";display:block;height:40vh}
+.fold rect{fill:#f1f5f9;fill-opacity:.85;stroke:#cbd5e1;stroke-dasharray:3 2}
+.fold text{fill:#64748b;text-anchor:middle}
+a:hover .fold rect,a:focus .steps::after{content:"";display:block;height:40vh}
+.fold rect{fill:#e2e8f0}
+.records .fold summary{cursor:pointer;color:var(--muted);padding:1px 4px}
+.records .fold .records{padding-left:1em;border-left:2px solid #e2e8f0}
 .records{list-style:none;margin:0;padding:0;font:12px ui-monospace,"DejaVu Sans Mono",monospace}
 .records li{padding:1px 4px;border-radius:3px;overflow-wrap:anywhere}
 .records li:target{outline:2px solid #2563eb;background:#eff6ff}
