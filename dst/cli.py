@@ -349,8 +349,8 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None,
     """Print TRACE as a timeline: step, virtual time, actor, what happened.
 
     Everything the trace says is shown escaped (control characters visibly,
-    Markdown syntax inert, HTML escaped in a page that runs no script), so a
-    trace cannot drive the terminal or the page.
+    Markdown syntax inert, HTML escaped in a page that runs no script but dst's
+    own), so a trace cannot drive the terminal or the page.
 
     \b
       dst show traces/failures/counter-3.jsonl --format markdown
