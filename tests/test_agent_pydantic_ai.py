@@ -12,33 +12,34 @@ import pytest
 from click.testing import CliRunner
 
 from dst.cli import main
+from dst.testing import SeedFailed, check_seeds
 
 pytest.importorskip("pydantic_ai")
 
 
-def run(*args: str, tmp: Path) -> tuple[int, dict[str, object]]:
-    result = CliRunner().invoke(main, ["run", "agent_pydantic_ai", *args, "--out", str(tmp),
-                                       "--json"])
-    return result.exit_code, json.loads(result.stdout)
-
-
 def test_the_idempotent_agent_passes_every_seed(tmp_path: Path) -> None:
-    code, doc = run("--seeds", "30", "--check-determinism", tmp=tmp_path)
-    assert code == 0 and doc["failures"] == [], doc
+    checked = check_seeds("agent_pydantic_ai", 40, out=tmp_path)
+    assert checked.runs == 40 and not checked.bounded
 
 
 def test_a_retried_tool_call_charging_twice_is_found_and_replays_identically(
         tmp_path: Path) -> None:
-    code, doc = run("-c", "idempotent=false", "--seeds", "20", "--check-determinism",
-                    tmp=tmp_path)
-    assert code == 1, doc
-    failures = doc["failures"]
-    assert isinstance(failures, list) and failures
-    assert {v for f in failures for v in f["violated"]} == {"ChargedOnce"}
-    for failure in failures:
-        replayed = CliRunner().invoke(main, ["replay", failure["trace"]])
-        assert replayed.exit_code == 1 and replayed.output.startswith("identical"), \
-            replayed.output
+    with pytest.raises(SeedFailed) as failed:
+        check_seeds("agent_pydantic_ai", 40, out=tmp_path, idempotent=False)
+    assert "ChargedOnce" in str(failed.value) and "charged 2 times" in str(failed.value)
+    replayed = CliRunner().invoke(main, ["replay", str(failed.value.path)])
+    assert replayed.exit_code == 1 and replayed.output.startswith("identical"), \
+        replayed.output
+
+
+def test_every_seed_of_the_agent_repeats_itself(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, [
+        "run", "agent_pydantic_ai", "-c", "idempotent=false", "--seeds", "8",
+        "--check-determinism", "--workers", "1", "--no-shrink", "--out", str(tmp_path),
+        "--json"])
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 1, result.output  # 3 would be a seed that did not repeat
+    assert doc["nondeterministic"] == [] and set(doc["by_invariant"]) == {"ChargedOnce"}
 
 
 def test_the_model_asks_for_two_tools_in_one_response_and_both_run_as_tasks() -> None:
