@@ -186,8 +186,11 @@ def _parameters(fn: TestBody, name: str) -> frozenset[str]:
         if param.name not in PARAMETERS or param.kind in (
                 param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
             offered = ", ".join(PARAMETERS)
-            raise UsageError(f"{name} asks for {param}, which a dst test cannot give; it may "
-                             f"ask for {offered} by name (and needs no other parameter)")
+            star = "*" * (param.kind == param.VAR_POSITIONAL) + "**" * (
+                param.kind == param.VAR_KEYWORD)
+            raise UsageError(f"{name} asks for {star}{param.name}, which a dst test cannot "
+                             f"give; it may ask for {offered} by name (and needs no other "
+                             "parameter)")
         asked.add(param.name)
     return frozenset(asked)
 

@@ -186,7 +186,8 @@ def _failure(trace: Trace, path: Path, ref: str | None, runs: int,
     lines = story(trace, verbose=verbose)
     shown = lines[-_STORY_LINES:]
     width = max([len(actor) for _, _, actor, _ in shown] + [8])
-    out = [visible(f"{h['scenario']} [{_config_text(h['config'])}]: {vio['invariant']} "
+    config = f" [{_config_text(h['config'])}]" if h["config"] else ""  # a @dst.test has none
+    out = [visible(f"{h['scenario']}{config}: {vio['invariant']} "
                    f"violated (seed {h['seed']}, the {_ordinal(runs)} seed run; step "
                    f"{vio['step']}, virtual {format_time(vio['t'])}): {vio['message']}"),
            f"  story ({len(lines)} lines, {trace.footer.get('steps')} steps"

@@ -1,0 +1,294 @@
+"""The small form: ``@dst.test`` on an ``async def`` is a scenario pytest runs.
+
+The decorated bodies below are module-level (so that ``FILE.py::NAME`` finds them) and
+not named ``test_*`` (so that this file's pytest run calls them only where a test
+says so, expecting them to fail).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from click.testing import CliRunner, Result
+
+import dst
+from dst import FaultPlan
+from dst.cli import main
+from dst.errors import UsageError
+from dst.testing import check_seeds
+from dst.trace.codec import read_trace
+
+
+async def bump_twice(lock: trio.Lock | None) -> int:
+    """Two tasks each read a counter, reach a checkpoint, and write it plus one."""
+    count = 0
+
+    async def bump() -> None:
+        nonlocal count
+        if lock is not None:
+            await lock.acquire()
+        seen = count
+        await trio.sleep(0)
+        count = seen + 1
+        if lock is not None:
+            lock.release()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(bump)
+        nursery.start_soon(bump)
+    return count
+
+
+@dst.test(seeds=300)
+async def race_unlocked() -> None:
+    count = await bump_twice(None)
+    assert count == 2, f"lost update: count is {count}"
+
+
+@dst.test(seeds=300)
+async def race_locked() -> None:
+    count = await bump_twice(trio.Lock())
+    assert count == 2, f"lost update: count is {count}"
+
+
+@dst.test(seeds=300)
+async def store_race(env: dst.Env) -> None:
+    async def bump() -> None:
+        n = await env.store.get("n") or 0
+        assert isinstance(n, int)
+        await env.store.put("n", n + 1)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(bump)
+        nursery.start_soon(bump)
+    assert await env.store.get("n") == 2
+
+
+async def put_within(env: dst.Env, seconds: float) -> None:
+    with trio.move_on_after(seconds):
+        await env.store.put("x", 1)
+    assert await env.store.get("x") == 1, "the put was cut by its timeout"
+
+
+@dst.test(seeds=300, faults=FaultPlan(max_slow=1))
+async def put_under_timeout(env: dst.Env, faults: FaultPlan) -> None:
+    assert faults.max_slow == 1, f"the body runs under {faults}"
+    await put_within(env, 5)
+
+
+@dst.test(seeds=300)
+async def put_under_timeout_without_faults(env: dst.Env, faults: FaultPlan) -> None:
+    assert faults == FaultPlan(), f"the body runs under {faults}"
+    await put_within(env, 5)
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def _failure(body: object) -> str:
+    with pytest.raises(pytest.fail.Exception) as failed:
+        body()  # type: ignore[operator]
+    return str(failed.value)
+
+
+def _replay_line(message: str) -> str:
+    line = next(x for x in message.splitlines() if x.strip().startswith("replay: "))
+    return line.split("replay: ", 1)[1]
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_check_then_act_race_between_two_tasks_is_found_and_replays_identically(
+        here: Path) -> None:
+    message = _failure(race_unlocked)
+    first = message.splitlines()[0]
+    assert first.startswith("race_unlocked: assert violated (seed ")
+    assert "lost update: count is 1 (test_small_form.py:" in first
+    assert "sched     -> race" not in message and "-> test/bump" in message  # the interleaving
+    replay = _replay_line(message)
+    argv = shlex.split(replay)
+    assert argv[:2] == ["dst", "replay"] and argv[3] == "--scenario"
+    assert argv[4].endswith("tests/test_small_form.py::race_unlocked")
+    trace = argv[2]
+    assert trace.startswith("traces/failures/race_unlocked-") and (here / trace).is_file()
+    for args in (argv[1:], ["replay", trace]):  # as printed, and the trace alone
+        again = invoke(*args)
+        assert again.exit_code == 1, again.output
+        assert again.stdout.startswith("identical: "), again.output
+    header = read_trace(trace).header
+    assert header["scenario"] == "race_unlocked"
+    assert header["scenario_file"].endswith("tests/test_small_form.py")
+
+
+def test_a_failing_trace_shrinks_and_its_shrunk_trace_replays(here: Path) -> None:
+    trace = shlex.split(_replay_line(_failure(store_race)))[2]
+    shrunk = invoke("shrink", trace, "--budget", "5s", "-o", "min.jsonl")
+    assert shrunk.exit_code == 1, shrunk.output
+    assert "assert violated" in shrunk.stdout
+    again = invoke("replay", "min.jsonl")
+    assert again.exit_code == 1 and again.stdout.startswith("identical: "), again.output
+
+
+def test_the_locked_version_passes_every_seed(here: Path) -> None:
+    race_locked()
+    assert not (here / "traces").exists()
+
+
+def test_the_same_seed_gives_the_same_trace_byte_for_byte(here: Path) -> None:
+    texts = []
+    for _ in range(2):
+        trace = shlex.split(_replay_line(_failure(race_unlocked)))[2]
+        texts.append((here / trace).read_bytes())
+    assert texts[0] == texts[1]
+    seed = read_trace(trace).header["seed"]
+    others = []
+    for out in ("a", "b"):  # the scenario the decorator built, run as any scenario
+        with pytest.raises(AssertionError):
+            check_seeds(race_unlocked.scenario, [seed], out=out)  # type: ignore[attr-defined]
+        others.append((here / out / f"race_unlocked-{seed}.jsonl").read_bytes())
+    assert others[0] == others[1]
+
+
+def test_the_faults_parameter_is_the_plan_the_run_is_under(here: Path) -> None:
+    """A timer fires before runnable work only as a slow fault: none in the default plan."""
+    put_under_timeout_without_faults()
+    message = _failure(put_under_timeout)
+    assert "the put was cut by its timeout" in message
+    assert "SLOW: timer@5.000 fired while other work could run" in message
+
+
+def test_the_env_parameter_is_the_process_env_with_a_durable_store(here: Path) -> None:
+    message = _failure(store_race)
+    assert "assert await env.store.get(\"n\") == 2 (test_small_form.py:" in message
+    assert "-> test/bump@main.get(n)" in message or "-> test/bump#2@main.get(n)" in message
+    # pytest's explanation of the bare assert is told beside the story, not recorded.
+    assert message.rstrip().endswith("the assertion, as pytest explains it:\n    assert 1 == 2")
+
+
+def test_an_exception_other_than_an_assertion_is_an_uncaught_error(here: Path) -> None:
+    @dst.test(seeds=3)
+    async def raises() -> None:
+        missing: dict[str, int] = {}
+        missing["missing"]
+
+    message = _failure(raises)
+    assert "NoUncaughtError violated" in message.splitlines()[0]
+    assert "test raised KeyError: 'missing'" in message
+
+
+def test_bare_decorator_runs_the_default_seeds(here: Path) -> None:
+    @dst.test
+    async def passes() -> None:
+        await trio.sleep(0)
+
+    passes()
+    assert passes.__name__ == "passes"
+    assert passes.scenario.name == "passes"  # type: ignore[attr-defined]
+
+
+def _one_line_usage_error(make: object) -> str:
+    with pytest.raises(UsageError) as err:
+        make()  # type: ignore[operator]
+    text = str(err.value)
+    assert "\n" not in text
+    return text
+
+
+def test_a_plain_function_is_refused_in_one_line() -> None:
+    def not_async() -> None:
+        pass
+
+    text = _one_line_usage_error(lambda: dst.test(seeds=5)(not_async))  # type: ignore[arg-type]
+    assert text.startswith("@dst.test decorates an 'async def' test function, not a plain "
+                           "function not_async; make it 'async def not_async(...)'")
+
+
+def test_a_parameter_a_dst_test_cannot_give_is_refused_in_one_line() -> None:
+    async def wants_db(env: dst.Env, db: object) -> None:
+        pass
+
+    text = _one_line_usage_error(lambda: dst.test(wants_db))
+    assert text == ("wants_db asks for db, which a dst test cannot give; it may ask "
+                    "for env, faults by name (and needs no other parameter)")
+
+
+def test_bad_settings_are_refused_in_one_line_and_the_decorator_is_no_test() -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"seeds": 0}, "@dst.test(seeds=...) is a count of 1 or more"),
+        ({"seeds": [1, -2]}, "@dst.test(seeds=...) lists seeds, integers 0 or more"),
+        ({"faults": {"max_crashes": 1}}, "@dst.test(faults=...) is a dst.FaultPlan(...)"),
+        ({"max_steps": 0}, "@dst.test(max_steps=...) is a step count of 1 or more"),
+    ]
+    for settings, says in cases:
+        text = _one_line_usage_error(lambda s=settings: dst.test(**s))
+        assert text.startswith(says), text
+    assert dst.test.__test__ is False  # type: ignore[attr-defined]  # pytest collects it not
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_example() -> tuple[str, str]:
+    """The Quick start's ``@dst.test`` example and the pytest output shown under it."""
+    quick = README.read_text(encoding="utf-8").split("## Quick start", 1)[1]
+    code, shown = re.search(r"```python\n(.*?)```\n```\n\$ pytest -q test_counter.py\n(.*?)```",
+                            quick, flags=re.S).groups()  # type: ignore[union-attr]
+    return code, shown
+
+
+_RACE = """\
+        seen = count
+        await trio.sleep(0)  # a checkpoint: dst chooses which task runs next
+        count = seen + 1
+"""
+_LOCKED = """\
+        async with lock:
+            seen = count
+            await trio.sleep(0)
+            count = seen + 1
+"""
+
+
+def test_plain_pytest_from_another_directory_fails_with_the_story_and_a_replay_that_runs(
+        tmp_path: Path) -> None:
+    tests = tmp_path / "proj" / "tests"
+    tests.mkdir(parents=True)
+    code, shown = readme_example()
+    assert len(code.strip().splitlines()) <= 20 and _RACE in code  # short, and a race
+    locked = code.replace("test_two_bumps_make_two", "test_bumps_under_a_lock").replace(
+        "    count = 0\n", "    count = 0\n    lock = trio.Lock()\n").replace(_RACE, _LOCKED)
+    (tests / "test_counter.py").write_text(code + "\n\n" + locked, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONHASHSEED")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "proj/tests/test_counter.py"],
+        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300, check=False)
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "1 failed, 1 passed" in out  # the race found, the locked version passing
+    # What the README shows, from the failure's first line to pytest's explanation, as run
+    # from another directory (the paths then start with proj/tests/).
+    told = shown.split("_\n", 1)[1].split("\ndst: ", 1)[0]
+    told = told.replace("--scenario test_counter.py", "--scenario proj/tests/test_counter.py")
+    assert told in out, out
+    replay = _replay_line(out)
+    assert replay.endswith(" --scenario proj/tests/test_counter.py::test_two_bumps_make_two")
+    argv = shlex.split(replay)
+    for args in (argv[1:], argv[1:3]):  # as printed, and the trace alone
+        again = subprocess.run([sys.executable, "-m", "dst", *args], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300, check=False)
+        assert again.returncode == 1, again.stdout + again.stderr
+        assert again.stdout.startswith("identical: "), again.stdout + again.stderr
