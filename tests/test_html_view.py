@@ -219,3 +219,22 @@ def test_the_violation_is_in_view_when_the_page_opens_at_1400_by_1000(
     assert taken.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (int.from_bytes(shot.read_bytes()[16:20], "big"),
             int.from_bytes(shot.read_bytes()[20:24], "big")) == (1400, 1000)
+
+
+@needs_chromium
+def test_a_link_to_a_folded_record_opens_its_fold(long_page: tuple[Path, Path],
+                                                  tmp_path: Path) -> None:
+    assert CHROMIUM is not None
+    _, page = long_page
+    text = page.read_text(encoding="utf-8")
+    first = re.search(r'<a href="#(r\d+)"><g class="fold">', text)
+    assert first is not None
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+         "--disable-extensions", "--window-size=1400,1000", "--virtual-time-budget=5000",
+         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+         f"{page.as_uri()}#{first.group(1)}"],
+        capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    opened = re.findall(r'<li class="fold"><details( open="")?>', done.stdout)
+    assert opened[0] == ' open=""' and opened.count(' open=""') == 1, opened
