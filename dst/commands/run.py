@@ -282,7 +282,6 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     from ..runner.bulk import BulkSummary, SeedOutcome, run_bulk
     from ..runner.groups import GroupBook, reports
     from ..runner.recorder import Recorder
-    from ..runner.reports import RunFacts, junit, markdown, write_report
     from ..runner.results import missing, run_key
     from ..runner.workers import CtrlC
     from ..trace.escape import encodable
@@ -397,20 +396,24 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
         click.echo(document)
     else:
         print_summary(run, scen, config, summary, groups, recorder.paths, seconds, resumed)
-    facts = RunFacts(scen.name, config, strategy, run.seeds_text(), run.shard_text(),
-                     summary.runs, resumed, summary.failed, seconds, status, groups,
-                     replay=run.replay, rerun=lambda seed: rerun_line(run, seed),
-                     stalled=summary.stalled, by_invariant=dict(summary.by_invariant),
-                     not_kept=dict(summary.groups.not_kept),
-                     not_kept_failed=summary.groups.not_kept_failed, max_groups=max_groups)
-    try:
-        if summary_md:
-            write_report(summary_md, markdown(facts))
-        if junit_xml:
-            write_report(junit_xml, junit(facts), xml=True)
-    except OSError as exc:
-        _die(UsageError(f"cannot write a report ({exc.strerror or exc}); the run itself is "
-                        "recorded: rerun with --resume and another path"))
+    if summary_md or junit_xml:
+        from ..runner.reports import RunFacts, junit, markdown, write_report
+
+        facts = RunFacts(scen.name, config, strategy, run.seeds_text(), run.shard_text(),
+                         summary.runs, resumed, summary.failed, seconds, status, groups,
+                         replay=run.replay, rerun=lambda seed: rerun_line(run, seed),
+                         stalled=summary.stalled, by_invariant=dict(summary.by_invariant),
+                         not_kept=dict(summary.groups.not_kept),
+                         not_kept_failed=summary.groups.not_kept_failed,
+                         max_groups=max_groups)
+        try:
+            if summary_md:
+                write_report(summary_md, markdown(facts))
+            if junit_xml:
+                write_report(junit_xml, junit(facts), xml=True)
+        except OSError as exc:
+            _die(UsageError(f"cannot write a report ({exc.strerror or exc}); the run itself "
+                            "is recorded: rerun with --resume and another path"))
     if summary.stalled:
         alone = "" if summary.stalled_seed is None else (
             f"; run it alone with: {rerun_line(run, summary.stalled_seed)}")

@@ -12,7 +12,6 @@ orphan still running seeds, and ``--resume`` can start at once.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
@@ -57,7 +56,9 @@ def die_with_parent() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own symbols, libc's among them: ``find_library`` would run
+        # ``ldconfig -p`` in a subprocess, in every worker.
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         return  # no prctl: an orphan finishes its chunk, finds its pipe closed and exits
