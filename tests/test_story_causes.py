@@ -1,11 +1,12 @@
 """The story of a failure says what stood behind it: messages never delivered, calls left
 parked while virtual time jumped, the faults the run injected; a plain race says nothing more.
 
-Each scenario here is a miniature of a stale-lease refund: a lessor revokes a
+The lease scenario is a miniature of a stale-lease refund: a lessor revokes a
 holder's lease (by a message, or by letting it expire), and the holder's refund
-must not go through after that.  Where a failing run could come about more than
-one way, the test establishes the cause from the trace's own records first, then
-looks for it in what ``dst run``, ``dst show`` and ``dst.testing`` print.
+must not go through after that; the charge scenario breaks only by a duplicate.
+Where a failing run could come about more than one way, the test establishes the
+cause from the trace's own records first, then looks for it in what ``dst run``,
+``dst show`` and ``dst.testing`` print.
 """
 
 from __future__ import annotations
