@@ -141,6 +141,29 @@ def test_a_begins_first(run):
 @given(runs("race.py", raise_in_check=True))
 def test_a_check_that_raises(run):
     assert run.passed, run.explain()
+
+
+@settings(database=None, max_examples=3)
+@given(runs("calm.py"))
+def test_a_file_not_beside_the_test_is_found_where_pytest_runs(run):
+    assert run.passed, run.explain()
+'''
+
+#: A scenario with nothing to break, in the directory pytest runs in (not beside the tests).
+CALM = '''
+import dst
+
+scenario = dst.Scenario("calm", doc="one writer")
+
+
+@scenario.setup
+def setup(sim, config):
+    sim.store("db")
+
+    async def writer(env):
+        await env.store.put("k", 1)
+
+    sim.process("w", writer, stores=["db"])
 '''
 
 #: A frame or an explanation line in a file of dst's package, as pytest or Hypothesis print it.
@@ -149,16 +172,17 @@ DST_LINE = re.compile(r"(^|[\s\"'(])(\S*[/\\])?dst[/\\](\w+[/\\])*\w+\.py[:\"]",
 
 def test_a_failure_shows_the_user_s_code_and_none_of_dst_s(tmp_path: Path) -> None:
     """Run as a user meets it: pytest in a process of its own, from the project's parent,
-    on tests whose scenario file lies beside them."""
+    on tests whose scenario file lies beside them (or, for one, where pytest runs)."""
     tests = tmp_path / "proj" / "tests"
     tests.mkdir(parents=True)
     (tests / "race.py").write_text(RACE, encoding="utf-8")
     (tests / "test_race.py").write_text(USER_TESTS, encoding="utf-8")
+    (tmp_path / "calm.py").write_text(CALM, encoding="utf-8")
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "proj/tests"], cwd=tmp_path, capture_output=True, text=True,
                           check=False, timeout=600, env=dict(os.environ, PYTHONHASHSEED="0"))
     output = done.stdout + done.stderr
-    assert "2 failed" in output, output
+    assert "2 failed, 1 passed" in output, output
     assert str(Path(dst.__file__).parent) not in output, output
     assert not DST_LINE.search(output), DST_LINE.search(output)
     # The user's lines: the check that raised, and the explanation of the other failure.
