@@ -262,8 +262,9 @@ def read_pin(path: str | os.PathLike[str]) -> Pin:
     if not isinstance(note, str) or not (ref is None or isinstance(ref, str)):
         raise UsageError(f"{sidecar}: a pin note is {{\"note\": text, \"scenario\": "
                          "null or text}; fix or remove it")
-    if ref is not None and ref.endswith(".py") and not os.path.isabs(ref):
-        ref = os.path.normpath(trace_path.parent / ref)
+    file, named, test = (ref or "").partition("::")  # FILE.py::NAME: a @dst.test
+    if file.endswith(".py") and not os.path.isabs(file):
+        ref = os.path.normpath(trace_path.parent / file) + named + test
     return Pin(trace_path, note, ref)
 
 
@@ -447,6 +448,10 @@ def pin_trace(
         raise UsageError(f"{target} already holds another trace; choose another --name")
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--dir {folder} is a file, not a directory")
+    recorded = h.get("scenario_file")
+    if scenario is None and not is_shipped(str(h["scenario"])) and isinstance(recorded, str) \
+            and os.path.isfile(recorded):
+        scenario = f"{recorded}::{h['scenario']}"  # the file the header names, from here
     pin = Pin(source, note, scenario)
     try:
         _pinned_scenario(pin, trace)
@@ -457,8 +462,9 @@ def pin_trace(
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
     stored = scenario
-    if scenario is not None and scenario.endswith(".py"):
-        stored = os.path.relpath(os.path.abspath(scenario), os.path.abspath(folder))
+    file, named, test = (scenario or "").partition("::")
+    if file.endswith(".py"):
+        stored = os.path.relpath(os.path.abspath(file), os.path.abspath(folder)) + named + test
     sidecar = {"note": note, "scenario": stored}
     target.with_suffix(".json").write_text(
         json.dumps(sidecar, indent=2, sort_keys=True, ensure_ascii=False) + "\n",

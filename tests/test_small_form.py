@@ -23,7 +23,7 @@ import dst
 from dst import FaultPlan
 from dst.cli import main
 from dst.errors import UsageError
-from dst.testing import check_seeds
+from dst.testing import check_pinned, check_seeds
 from dst.trace.codec import read_trace
 
 
@@ -133,13 +133,17 @@ def test_a_check_then_act_race_between_two_tasks_is_found_and_replays_identicall
     assert header["scenario_file"].endswith("tests/test_small_form.py")
 
 
-def test_a_failing_trace_shrinks_and_its_shrunk_trace_replays(here: Path) -> None:
+def test_a_failing_trace_shrinks_and_is_pinned_without_naming_the_test(here: Path) -> None:
     trace = shlex.split(_replay_line(_failure(store_race)))[2]
     shrunk = invoke("shrink", trace, "--budget", "5s", "-o", "min.jsonl")
     assert shrunk.exit_code == 1, shrunk.output
     assert "assert violated" in shrunk.stdout
     again = invoke("replay", "min.jsonl")
     assert again.exit_code == 1 and again.stdout.startswith("identical: "), again.output
+    pinned = invoke("pin", trace, "--name", "store-race")  # the header says where it lives
+    assert pinned.exit_code == 0, pinned.output
+    assert check_pinned("traces/regressions/store-race.jsonl").endswith(
+        "(assert violated again)")
 
 
 def test_the_locked_version_passes_every_seed(here: Path) -> None:
