@@ -73,10 +73,10 @@ def shop_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[
             ToolCallPart("place_order", {"item": item, "quantity": qty}, tool_call_id=f"c-{item}")
             for item, qty in BASKET.items()])
-    calls = {part.tool_call_id: part for m in messages if isinstance(m, ModelResponse)
-             for part in m.parts if isinstance(part, ToolCallPart)}
-    again = [calls[part.tool_call_id] for part in last.parts
-             if _retried(part) and part.tool_call_id in calls]
+    calls: dict[str, ToolCallPart] = {
+        part.tool_call_id: part for m in messages if isinstance(m, ModelResponse)
+        for part in m.parts if type(part) is ToolCallPart}
+    again = [calls[retried] for retried in map(_retried, last.parts) if retried in calls]
     if again:
         turn = len(messages)
         return ModelResponse(parts=[
@@ -84,15 +84,17 @@ def shop_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             for call in again])
     placed = sorted(str(part.content) for m in messages if isinstance(m, ModelRequest)
                     for part in m.parts
-                    if isinstance(part, ToolReturnPart) and not _retried(part))
+                    if isinstance(part, ToolReturnPart) and _retried(part) is None)
     return ModelResponse(parts=[TextPart("; ".join(placed))])
 
 
-def _retried(part: Any) -> bool:
-    """A tool call that raised ``ModelRetry`` (a ``ToolReturnPart`` with outcome
-    ``retried`` in pydantic-ai 2, a ``RetryPromptPart`` before)."""
-    return isinstance(part, RetryPromptPart) or (
-        isinstance(part, ToolReturnPart) and getattr(part, "outcome", None) == "retried")
+def _retried(part: object) -> str | None:
+    """The id of a tool call that raised ``ModelRetry`` (a ``ToolReturnPart`` with
+    outcome ``retried`` in pydantic-ai 2, a ``RetryPromptPart`` before); else None."""
+    if isinstance(part, RetryPromptPart) or (
+            isinstance(part, ToolReturnPart) and getattr(part, "outcome", None) == "retried"):
+        return part.tool_call_id
+    return None
 
 
 # -- the agent -------------------------------------------------------------------------------
@@ -120,7 +122,8 @@ async def place_order(ctx: RunContext[Shop], item: str, quantity: int) -> str:
     except ServiceUnavailable as exc:
         log.info("charge unanswered", item=item)
         raise ModelRetry(f"the payment service did not answer for {item}; try again") from exc
-    return f"{item}: charged {reply['amount']}"
+    amount = reply.get("amount") if isinstance(reply, dict) else reply
+    return f"{item}: charged {amount}"
 
 
 async def customer(env: Env, idempotent: bool) -> None:
