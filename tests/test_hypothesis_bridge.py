@@ -178,8 +178,8 @@ def test_a_failure_shows_the_user_s_code_and_none_of_dst_s(tmp_path: Path) -> No
     (tests / "race.py").write_text(RACE, encoding="utf-8")
     (tests / "test_race.py").write_text(USER_TESTS, encoding="utf-8")
     (tmp_path / "calm.py").write_text(CALM, encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           "proj/tests"], cwd=tmp_path, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-W",
+                           "ignore", "proj/tests"], cwd=tmp_path, capture_output=True, text=True,
                           check=False, timeout=600, env=dict(os.environ, PYTHONHASHSEED="0"))
     output = done.stdout + done.stderr
     assert "2 failed, 1 passed" in output, output
@@ -202,6 +202,50 @@ def test_a_failure_shows_the_user_s_code_and_none_of_dst_s(tmp_path: Path) -> No
                            cwd=tmp_path, capture_output=True, text=True, check=False,
                            timeout=120)
     assert again.returncode == 1 and again.stdout.startswith("identical"), again.stderr
+
+
+def _first_to_end_scenario() -> Any:
+    """Writers of three keys each; a check each that a must not end before b begins, nor b
+    before a: a run breaks one of them, or neither."""
+    from .simkit import inline
+
+    def setup(sim: Any, _config: dict[str, Any]) -> Any:
+        db = sim.store("db")
+
+        async def writer(env: dst.Env) -> None:
+            for i in range(3):
+                await env.store.put(f"{env.name}{i}", i)
+
+        sim.process("a", writer, stores=["db"])
+        sim.process("b", writer, stores=["db"])
+        sim.process("c", writer, stores=["db"])  # steps a failing story can do without
+        return db
+
+    def not_first_to_end(me: str, other: str) -> Any:
+        return lambda db: db.peek(f"{other}0") is not None or db.peek(f"{me}2") is None
+
+    return inline(setup, invariants={"AWaits": not_first_to_end("a", "b"),
+                                     "BWaits": not_first_to_end("b", "a")})
+
+
+def test_each_distinct_failure_leaves_one_trace_of_its_own(tmp_path: Path) -> None:
+    @seed(0)
+    @settings(database=None, deadline=None, report_multiple_bugs=True)
+    @given(runs(_first_to_end_scenario(), out=tmp_path))
+    def test_nobody_ends_first(run: DrawnRun) -> None:
+        if "AWaits" in run.violated:
+            raise ValueError(run.explain())
+        if "BWaits" in run.violated:
+            raise KeyError(run.explain())
+
+    with pytest.raises(BaseExceptionGroup) as failed:
+        test_nobody_ends_first()
+    assert sorted(type(e).__name__ for e in failed.value.exceptions) == ["KeyError", "ValueError"]
+    kept = sorted(tmp_path.iterdir())
+    assert len(kept) == 2, kept
+    assert sorted(read_trace(path).violated[0] for path in kept) == ["AWaits", "BWaits"]
+    for error in failed.value.exceptions:
+        assert any(f"replay: dst replay {path}" in str(error) for path in kept), error
 
 
 def test_a_correct_config_passes_every_drawn_run(tmp_path: Path) -> None:
