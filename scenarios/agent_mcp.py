@@ -109,7 +109,11 @@ def order_server(env: Env) -> MCPServer:
 
 
 async def orders(env: Env, stateless: bool = False, sse: bool = False) -> None:
-    server = order_server(env)
+    await serve(order_server(env), stateless, sse)
+
+
+async def serve(server: MCPServer, stateless: bool = False, sse: bool = False) -> None:
+    """Serve ``server``'s streamable HTTP app at ``URL`` (this process, port 8000)."""
     # host: the name the agent reaches it by is no loopback name, so the SDK's DNS
     # rebinding protection (for servers on localhost) does not apply.
     app = server.streamable_http_app(host="0.0.0.0", stateless_http=stateless,
@@ -118,10 +122,10 @@ async def orders(env: Env, stateless: bool = False, sse: bool = False) -> None:
     config.accesslog = None
     config.errorlog = None
     asgi: Any = app  # Starlette's ASGI types are not hypercorn's, the protocol is the same
-    serve = partial(TCPServer, wrap_app(asgi, config.wsgi_max_body_size, "asgi"), config,
-                    WorkerContext(None), ConnectionState({}))
+    connection = partial(TCPServer, wrap_app(asgi, config.wsgi_max_body_size, "asgi"), config,
+                         WorkerContext(None), ConnectionState({}))
     async with server.session_manager.run():
-        await trio.serve_tcp(serve, 8000)
+        await trio.serve_tcp(connection, 8000)
 
 
 # -- the agent: calls the tool, retries a call that failed --------------------------------

@@ -6,6 +6,7 @@ server's task, and the SDK's own entropy (its session ids) comes from the seed."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,43 @@ def test_the_sdks_session_ids_come_from_the_seed() -> None:
     assert ids[:3] == ids[3:], ids
     assert all(len(i) == 1 and len(i[0]) == 32 for i in ids), ids
     assert len({i[0] for i in ids}) == 3, ids
+
+
+def test_the_clients_cache_expires_on_the_runs_clock() -> None:
+    """``CacheConfig.clock`` defaults to ``time.time`` (a dataclass field): read inside
+    the SDK, it is the run's virtual wall clock, so a listing cached for 60 s is served
+    again 30 virtual seconds later and fetched again 61 seconds later, in no real time."""
+    import httpx2
+    import structlog
+    from mcp import Client
+    from mcp.client.caching import CacheConfig
+    from mcp.server.caching import CacheHint
+    from mcp.server.mcpserver import MCPServer
+
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def agent(env: Env) -> None:
+            await trio.sleep(1)
+            posted: list[str] = []
+
+            async def note(request: httpx2.Request) -> None:
+                posted.append(json.loads(request.content or b"{}").get("method", ""))
+
+            http = httpx2.AsyncClient(verify=False, event_hooks={"request": [note]})
+            transport = streamable_http_client(agent_mcp.URL, http_client=http)
+            async with http, Client(transport, cache=CacheConfig()) as client:
+                for wait in (0, 30, 31):
+                    await trio.sleep(wait)
+                    await client.list_tools()
+            structlog.get_logger().info("posted", methods=posted)
+
+        hints: Any = {"tools/list": CacheHint(ttl_ms=60_000)}
+        server = MCPServer("orders", log_level="WARNING", cache_hints=hints)
+        sim.process("orders", lambda env: agent_mcp.serve(server))
+        sim.process("agent", agent)
+        return None
+
+    (result,) = many(inline(setup, faults=FaultPlan(preemptions=0)), range(1))
+    assert result.verdict == "pass", result.violated
+    (posted,) = [r["fields"]["methods"] for r in result.trace().records
+                 if r["type"] == "event" and r["event"] == "posted"]
+    assert posted.count("tools/list") == 2, posted
