@@ -3,13 +3,16 @@
 Nothing here is written for dst: the server is an ordinary
 ``mcp.server.mcpserver.MCPServer`` with one tool, ``place_order``, that writes
 the order to its durable store; its streamable HTTP app is served by hypercorn's
-trio protocol stack on ``trio.serve_tcp`` in process ``orders``.  The agent, in
+trio protocol stack on ``trio.serve_tcp`` in process ``orders`` (hypercorn's own
+``serve()`` opens its listeners with the standard library's sockets, beneath the
+trio hooks the simulated network lives under).  The agent, in
 process ``agent``, opens a ``ClientSession`` over the SDK's streamable HTTP
 client (httpx2 over anyio's trio backend) by host name over the simulated
 network, and calls the tool.
 
 A call whose reply never comes (the connection reset after the server placed
-the order) is retried on a new session, as agents do.  With ``idempotent=true``
+the order) is retried on a new session, as agents do: three attempts, one more
+than the resets a run may have.  With ``idempotent=true``
 (the default) the agent names the order with a key it made for it, and the
 server answers a key it has seen with the first order; with
 ``idempotent=false`` the retried call places the order a second time.
