@@ -196,3 +196,25 @@ def test_the_clients_cache_expires_on_the_runs_clock() -> None:
     (posted,) = [r["fields"]["methods"] for r in result.trace().records
                  if r["type"] == "event" and r["event"] == "posted"]
     assert posted.count("tools/list") == 2, posted
+
+
+def test_the_sdks_stdio_transport_is_refused_naming_the_agents_own_line() -> None:
+    """``stdio_client`` starts the server as a subprocess (refused in a run, whoever asks);
+    the refusal names the SDK's call and the agent's line that led to it."""
+    import inspect
+
+    from mcp import StdioServerParameters, stdio_client
+
+    async def agent(env: Env) -> None:
+        params = StdioServerParameters(command="python", args=["-m", "orders"])
+        async with stdio_client(params) as (read, write), ClientSession(read, write):
+            pass
+
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        sim.process("agent", agent)
+
+    (result,) = many(inline(setup), range(1))
+    (message,) = [r["message"] for r in result.trace().records if r["type"] == "violation"]
+    line = inspect.getsourcelines(agent)[1] + 2  # the ``async with stdio_client(...)``
+    assert message.startswith("trio.lowlevel.open_process() called at "), message
+    assert f", from {__file__}:{line} in agent, inside a simulated run" in message, message

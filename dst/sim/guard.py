@@ -173,11 +173,29 @@ def _virtualised(frame: types.FrameType) -> bool:
     return not owners.strict_for(_module_of(frame), frame.f_code.co_filename)
 
 
+def _asked_by(frame: types.FrameType) -> types.FrameType | None:
+    """The user's own line a library was running for when it made a refused call (the
+    agent's ``stdio_client(...)`` under the MCP SDK's ``open_process``), or None when
+    ``frame`` is the user's already.  dst's kernel is nobody's line."""
+    owners = (ACTIVE[-1].code_owners if ACTIVE else None) or outside.DEFAULT_OWNERS
+    at: types.FrameType | None = frame
+    while at is not None:
+        module, filename = _module_of(at), at.f_code.co_filename
+        if not _in_stdlib(filename) and not module.startswith("dst.sim") \
+                and owners.is_users(module, filename):
+            return None if at is frame else at
+        at = at.f_back
+    return None
+
+
 def _fire(
     what: str, instead: str, frame: types.FrameType, inner: types.FrameType | None
 ) -> NoReturn:
     """Void the active run, then raise: ``except Exception`` cannot turn it back into a pass."""
     via = f" (through {_module_of(inner)})" if inner is not None else ""
+    mine = _asked_by(frame)
+    if mine is not None:
+        via += f", from {mine.f_code.co_filename}:{mine.f_lineno} in {mine.f_code.co_name},"
     message = (
         f"{what} called at {frame.f_code.co_filename}:{frame.f_lineno}{via} inside a "
         f"simulated run; use {instead} instead"
