@@ -101,3 +101,54 @@ def test_a_killed_task_inside_async_context_managers_runs_their_exits_to_the_end
         sys.unraisablehook = hook
     assert crashed > 3
     assert unraisable == []
+
+
+@pytest.mark.skipif(not hasattr(asyncio, "eager_task_factory"),
+                    reason="eager tasks came with Python 3.12")
+def test_an_eager_task_is_a_task_of_the_loop_whose_first_step_runs_at_once() -> None:
+    """``asyncio.eager_task_factory`` (LangGraph starts its tasks with it on 3.12+) builds
+    an ``asyncio.Task`` without asking the loop: on dst's loop it is the loop's own task,
+    labelled by its name, its first step run before its creator goes on, and one created
+    after a crash is refused with its coroutine closed, never left unawaited."""
+
+    def eager(loop: Any, coro: Any, name: str) -> Any:  # as LangGraph calls it: at the time
+        return asyncio.eager_task_factory(loop, coro, name=name)  # type: ignore[attr-defined]
+    unraisable: list[Any] = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+
+    async def child(env: Env, key: str) -> None:
+        log.info("child started", key=key)
+        try:
+            await env.store.put(key, 1)
+        finally:
+            with contextlib.suppress(RuntimeError):  # after a crash: the loop refuses it
+                eager(asyncio.get_running_loop(), env.store.get(key), name="late")
+
+    async def main(env: Env) -> None:
+        loop = asyncio.get_running_loop()
+        task = eager(loop, child(env, "a"), name="eager")
+        log.info("creator goes on")
+        await task
+        loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]
+        await loop.create_task(child(env, "b"), name="by-factory")
+
+    def setup(sim: Sim, config: dict[str, Any]) -> Any:
+        sim.process("p", main, stores=["db"], runtime="asyncio")
+        return sim.store("db")
+
+    try:
+        plain = one(inline(setup))
+        crashing = many(inline(setup, faults=FaultPlan(max_crashes=1, crash_weight=0.5)),
+                        range(20))
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert plain.verdict == "pass", plain.violated
+    assert [(actor, e) for actor, e, _ in events(plain)] == [
+        ("p/eager", "child started"), ("p", "creator goes on"),
+        ("p/by-factory", "child started")]
+    enabled = {label for r in plain.trace().records if r["type"] == "decision"
+               for label in r["enabled"]}
+    assert {"p/eager@db.put(a)", "p/by-factory@db.put(b)"} <= enabled, enabled
+    assert all(r.verdict == "pass" for r in crashing)
+    assert unraisable == []

@@ -78,6 +78,21 @@ _enter_task = asyncio.tasks._enter_task
 _leave_task = asyncio.tasks._leave_task
 
 
+#: ``asyncio.eager_task_factory`` (Python 3.12+), which builds an ``asyncio.Task`` itself,
+#: never asking the loop: while a simulated loop's callbacks run, the loop builds it.
+_EAGER: Any = getattr(asyncio.tasks, "eager_task_factory", None)
+_EAGER_HOMES = (vars(asyncio), vars(asyncio.tasks))
+
+
+def _eager_task_factory(loop: Any, coro: Any, *, name: str | None = None,
+                        context: Any = None) -> Any:
+    """``asyncio.eager_task_factory`` on a simulated loop: a task of the loop's, numbered
+    and labelled as ``create_task`` makes them, whose first step runs at once."""
+    if isinstance(loop, SimLoop):
+        return loop._create_task(coro, name, context, True)
+    return _EAGER(loop, coro, name=name, context=context)
+
+
 def asyncio_main(main: Callable[[Env], Awaitable[object]]) -> Callable[[Env], Awaitable[object]]:
     """The trio program of an asyncio process whose asyncio program is ``main(env)``."""
 
@@ -114,6 +129,18 @@ class SimTask(asyncio.Task):  # type: ignore[type-arg]
     _dst_seq = 0
     _dst_label = ""
     _dst_context: contextvars.Context | None = None
+
+    def __init__(self, coro: Any, *, loop: SimLoop, name: str, context: contextvars.Context,
+                 seq: int, label: str, eager: bool = False) -> None:
+        # Numbered and labelled first: an eager task's first step runs in here.
+        self._dst_seq = seq
+        self._dst_label = label
+        self._dst_context = context
+        if eager:
+            super().__init__(coro, loop=loop, name=name, context=context,  # type: ignore[call-arg]
+                             eager_start=True)
+        else:
+            super().__init__(coro, loop=loop, name=name, context=context)
 
     def __hash__(self) -> int:
         return self._dst_seq
@@ -250,6 +277,13 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def create_task(self, coro: Any, *, name: str | None = None,  # type: ignore[override]
                     context: Any = None) -> asyncio.Task[Any]:
+        # ``loop.set_task_factory(asyncio.eager_task_factory)`` makes every task eager;
+        # any other factory is not called (the loop's tasks are its own).
+        eager = _EAGER is not None and self.get_task_factory() in (_EAGER, _eager_task_factory)
+        return self._create_task(coro, name, context, eager)
+
+    def _create_task(self, coro: Any, name: str | None, context: Any,
+                     eager: bool) -> asyncio.Task[Any]:
         if self._dead:
             close = getattr(coro, "close", None)
             if close is not None:
@@ -276,12 +310,21 @@ class SimLoop(asyncio.BaseEventLoop):
                     else label
         if context is None:
             context = contextvars.copy_context()  # what the task would copy; kept for _kill
-        task = SimTask(coro, loop=self, name=name, context=context)
-        task._dst_context = context
         self._made += 1
-        task._dst_seq = self._made
-        task._dst_label = label
-        self._tasks[self._made] = task
+        seq = self._made
+        if not eager:
+            task = SimTask(coro, loop=self, name=name, context=context, seq=seq, label=label)
+        else:  # its first step runs now, as the task's own (what it logs, the calls it makes)
+            labels = self._sim._task_labels
+            creator = labels.get(self._driver)
+            labels[self._driver] = label
+            try:
+                task = SimTask(coro, loop=self, name=name, context=context, seq=seq,
+                               label=label, eager=True)
+            finally:
+                if creator is not None:
+                    labels[self._driver] = creator
+        self._tasks[seq] = task
         return task
 
     def _label(self, base: str) -> str:
@@ -720,12 +763,16 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def _enter(self) -> None:
         """asyncio's view while the loop's callbacks run: its running loop, sniffio's
-        answer and the async generator hooks are this loop's."""
+        answer, the async generator hooks and ``asyncio.eager_task_factory`` are this
+        loop's."""
         _set_running_loop(self)
         self._saved = (sniffio.thread_local.name, sys.get_asyncgen_hooks())
         sniffio.thread_local.name = "asyncio"
         sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook,
                                finalizer=self._asyncgen_finalizer_hook)
+        if _EAGER is not None:
+            for home in _EAGER_HOMES:
+                home["eager_task_factory"] = _eager_task_factory
 
     def _exit(self) -> None:
         _set_running_loop(None)
@@ -734,6 +781,9 @@ class SimLoop(asyncio.BaseEventLoop):
             self._saved = None
             sniffio.thread_local.name = saved[0]
             sys.set_asyncgen_hooks(*saved[1])
+        if _EAGER is not None:
+            for home in _EAGER_HOMES:
+                home["eager_task_factory"] = _EAGER
 
     def _pending(self) -> list[asyncio.Task[Any]]:
         return [t for _, t in sorted(self._tasks.items()) if not t.done()]
