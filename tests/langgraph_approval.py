@@ -139,4 +139,5 @@ def approved_and_charged(world: World) -> bool | str:
     status = world.db.peek(f"status/{ORDER}")
     if status != "charged":
         return f"{ORDER} ended {status!r}"
-    return world.payments.charges.get(ORDER, 0) == 1 or f"{ORDER} was never charged"
+    n = world.payments.charges.get(ORDER, 0)
+    return n == 1 or f"{ORDER} ended charged, and was charged {n} times"
