@@ -14,7 +14,8 @@ A call whose reply never comes (the connection reset after the server placed
 the order) is retried on a new session, as agents do: three attempts, one more
 than the resets a run may have.  With ``idempotent=true``
 (the default) the agent names the order with a key it made for it, and the
-server answers a key it has seen with the first order; with
+server claims the key before it places the order and places nothing for a key
+already claimed; with
 ``idempotent=false`` the retried call places the order a second time.
 
 The server answers each POST with a JSON body; ``sse=true`` answers with an SSE
@@ -43,7 +44,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import TextContent
 
-from dst import Env, FaultPlan, Scenario, Sim
+from dst import Env, FaultPlan, Json, Scenario, Sim
 
 log = structlog.get_logger()
 
@@ -92,23 +93,29 @@ def order_server(env: Env) -> MCPServer:
 
     @server.tool()
     async def place_order(sku: str, qty: int, key: str = "") -> str:
-        """Place an order for qty of sku; a key seen before gets its first order back."""
-        if key:
-            first = await env.store.get(f"key/{key}")
-            if first is not None:
-                return str(first)
-        placed_before = await env.store.get("orders") or 0
-        assert isinstance(placed_before, int)
-        number = placed_before + 1
+        """Place an order for qty of sku; a key seen before places nothing again."""
+        order: Json = {"sku": sku, "qty": qty}
+        # The key is claimed before anything is placed, in one step: a retried call
+        # that arrives while the first is still at work finds it taken.  (Checked first
+        # and recorded after the order, it let such a call order again: dst found that
+        # with -c stateless=true -c sse=true -c preemptions=1, 3 seeds in 200.)
+        if key and not await env.store.cas(f"key/{key}", None, order):
+            return f"already ordered under {key}: {qty} x {sku}"
+        number = await next_number(env)
         log.info("placing order", number=number, sku=sku, qty=qty, key=key or None)
-        await env.store.put("orders", number)
-        await env.store.put(f"order/{number}", {"sku": sku, "qty": qty})
-        placed = f"order {number}: {qty} x {sku}"
-        if key:
-            await env.store.put(f"key/{key}", placed)
-        return placed
+        await env.store.put(f"order/{number}", order)
+        return f"order {number}: {qty} x {sku}"
 
     return server
+
+
+async def next_number(env: Env) -> int:
+    """The next order's number: two calls placing orders at once get two numbers."""
+    while True:
+        last = await env.store.get("orders")
+        number = (last if isinstance(last, int) else 0) + 1
+        if await env.store.cas("orders", last, number):
+            return number
 
 
 async def orders(env: Env, stateless: bool = False, sse: bool = False) -> None:
