@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 import trio.lowlevel as ll
 from trio.abc import Instrument
 
+from ..errors import DivergenceError
 from . import trio_internals
 from .clock import VirtualClock
-from .options import HELD, Option, by_label
+from .options import HELD, INF, Option, by_label
 from .process import RUNNING
 from .state import SimState
 from .trio_internals import RUN_CONTEXT as _RUN_CONTEXT
@@ -63,8 +64,12 @@ class Preemption(SimState):
             self._stop("bound")
             return 0.0
         ordinary: Any = next(iter(self._held))  # insertion order: trio's queue order
-        held = sorted(self._held.items(), key=by_label)
         loops = self._loops
+        if not (loops or self._parked or self.net.in_flight or deadline != INF
+                or self.crashes_left > 0 or self.crashed or self.partitions_left > 0
+                or self._watches):
+            return self._choose_held(ordinary, clock)
+        held = sorted(self._held.items(), key=by_label)
         if loops:
             options, ordinary = self._with_loops(held, loops, ordinary)
         else:
@@ -81,6 +86,53 @@ class Preemption(SimState):
         chosen = options[index]
         self._perform(chosen, clock)
         if chosen[3] is not ordinary:
+            self.preemptions_left -= 1
+            if self.preemptions_left <= 0:
+                self._end_preemption()
+        return 0.0
+
+    def _choose_held(self, ordinary: ll.Task, clock: VirtualClock) -> float:
+        """``_schedule_held`` when held tasks are all that is enabled (``_options`` would
+        list nothing): the same labels, weights, decision and release, without the
+        option tuples, ``_options``, ``_decide`` and ``_perform`` frames."""
+        held = self._held
+        if len(held) == 1:
+            # Nothing else could go: not a choice (``_perform`` of the one option).
+            releasing, self._releasing = self._releasing, True
+            try:
+                del held[ordinary]
+                trio_internals.release(ordinary)
+            finally:
+                self._releasing = releasing
+            if self.calm_at is None and self._eventually:
+                self._note_calm()
+            return 0.0
+        items = sorted(held.items(), key=by_label)
+        labels = [f"{label}@run" for _, label in items]
+        pw = self.faults.preempt_weight
+        weights = [1.0 if task is ordinary else pw for task, _ in items]
+        # ``_decide``, inlined.
+        self.step = step = self.step + 1
+        if self._watch is not None:
+            self._unwatch()
+        self._busy = 0
+        try:
+            index = self.strategy.choose(step, labels, weights)
+        except DivergenceError as exc:
+            self.divergence = exc
+            self._stop("diverged")
+            return 0.0
+        self.records.append(("decision", step, self.now, "schedule", tuple(labels), index))
+        chosen = items[index][0]
+        releasing, self._releasing = self._releasing, True
+        try:
+            del held[chosen]
+            trio_internals.release(chosen)
+        finally:
+            self._releasing = releasing
+        if self.calm_at is None and self._eventually:
+            self._note_calm()
+        if chosen is not ordinary:
             self.preemptions_left -= 1
             if self.preemptions_left <= 0:
                 self._end_preemption()
