@@ -42,7 +42,7 @@ def test_a_double_charge_is_found_and_its_failure_replays_identically(
         check_seeds(SCENARIO, 25, out=tmp_path, **switches)
     assert "ChargedOnce" in str(failed.value)
     assert "was charged 2 times" in str(failed.value)
-    replayed = CliRunner().invoke(main, ["replay", str(failed.value.path)])
+    replayed = CliRunner().invoke(main, ["replay", str(failed.value.path), "--scenario", SCENARIO])
     assert replayed.exit_code == 1 and replayed.output.startswith("identical"), \
         replayed.output
 
