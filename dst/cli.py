@@ -250,15 +250,17 @@ def _load_trace(path: str, scenario_ref: str | None) -> tuple[Trace, Scenario]:
 
     trace = read_trace(path)
     name = trace.header["scenario"]
-    recorded = trace.header.get("scenario_file")
-    if scenario_ref is None and not is_shipped(name) and isinstance(recorded, str) \
-            and os.path.isfile(recorded):
-        scenario_ref = f"{recorded}::{name}"  # the file the header names, from here
     if scenario_ref is None:
         if not is_shipped(name):
-            raise UsageError(
-                f"{path} is a trace of scenario {name!r}, which is not a shipped one; "
-                "say where it lives with --scenario path/to/file.py (or package.module)")
+            # A trace is untrusted input (an attachment to a bug report): the file its
+            # header names is shown, never imported; only --scenario names code to run.
+            recorded = trace.header.get("scenario_file")
+            where = (f"--scenario {shlex.quote(f'{recorded}::{name}')} (the file it was "
+                     "recorded from: dst runs no code a trace names)"
+                     if isinstance(recorded, str)
+                     else "--scenario path/to/file.py (or package.module)")
+            raise UsageError(f"{path} is a trace of scenario {name!r}, which is not a "
+                             f"shipped one; say where it lives with {where}")
         _check_hash_seed(trace, path, scenario_ref)
         return trace, load(name)
     _check_hash_seed(trace, path, scenario_ref)

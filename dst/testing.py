@@ -305,13 +305,17 @@ def check_pinned(pin: Pin | str | os.PathLike[str], *, fixed: bool = False,
     return message
 
 
-def _pinned_scenario(pin: Pin, trace: Trace) -> Scenario:
+def _pinned_scenario(pin: Pin, trace: Trace, *, pinning: bool = False) -> Scenario:
     name = trace.header["scenario"]
     if pin.scenario is None:
         if not is_shipped(name):
+            recorded = trace.header.get("scenario_file")  # shown, never imported
+            ref = f"{recorded}::{name}" if isinstance(recorded, str) else "FILE.py"
             raise UsageError(
-                f"{pin.path} is a trace of scenario {name!r}, which is not a shipped one, and "
-                f"its pin does not say where it lives; pin it again with --scenario FILE.py")
+                f"{pin.path} is a trace of scenario {name!r}, which is not a shipped one"
+                + ("; say where it lives: " if pinning else
+                   ", and its pin does not say where it lives; pin it again: ")
+                + f"dst pin {pin.path} --scenario {ref}")
         return load(name)
     scenario = load(pin.scenario)
     if scenario.name != name:
@@ -448,13 +452,9 @@ def pin_trace(
         raise UsageError(f"{target} already holds another trace; choose another --name")
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--dir {folder} is a file, not a directory")
-    recorded = h.get("scenario_file")
-    if scenario is None and not is_shipped(str(h["scenario"])) and isinstance(recorded, str) \
-            and os.path.isfile(recorded):
-        scenario = f"{recorded}::{h['scenario']}"  # the file the header names, from here
     pin = Pin(source, note, scenario)
     try:
-        _pinned_scenario(pin, trace)
+        _pinned_scenario(pin, trace, pinning=True)
         check_pinned(pin)
     except AssertionError as exc:
         raise DivergenceError(f"{exc}; a pin must reproduce its bug exactly, so it was "

@@ -124,23 +124,28 @@ def test_a_check_then_act_race_between_two_tasks_is_found_and_replays_identicall
     assert argv[4].endswith("tests/test_small_form.py::race_unlocked")
     trace = argv[2]
     assert trace.startswith("traces/failures/race_unlocked-") and (here / trace).is_file()
-    for args in (argv[1:], ["replay", trace]):  # as printed, and the trace alone
-        again = invoke(*args)
-        assert again.exit_code == 1, again.output
-        assert again.stdout.startswith("identical: "), again.output
+    again = invoke(*argv[1:])
+    assert again.exit_code == 1, again.output
+    assert again.stdout.startswith("identical: "), again.output
+    alone = invoke("replay", trace)  # a trace is untrusted: the file it names is not run
+    assert alone.exit_code == 2 and not alone.stdout, alone.output
+    assert f"{argv[4]} (the file it was recorded from: dst runs no code a trace names)" \
+        in alone.stderr, alone.stderr
     header = read_trace(trace).header
     assert header["scenario"] == "race_unlocked"
     assert header["scenario_file"].endswith("tests/test_small_form.py")
 
 
-def test_a_failing_trace_shrinks_and_is_pinned_without_naming_the_test(here: Path) -> None:
-    trace = shlex.split(_replay_line(_failure(store_race)))[2]
-    shrunk = invoke("shrink", trace, "--budget", "5s", "-o", "min.jsonl")
+def test_a_failing_trace_shrinks_and_is_pinned_by_the_test_s_name(here: Path) -> None:
+    _, _, trace, _, test = shlex.split(_replay_line(_failure(store_race)))
+    shrunk = invoke("shrink", trace, "--scenario", test, "--budget", "5s", "-o", "min.jsonl")
     assert shrunk.exit_code == 1, shrunk.output
     assert "assert violated" in shrunk.stdout
-    again = invoke("replay", "min.jsonl")
+    again = invoke("replay", "min.jsonl", "--scenario", test)
     assert again.exit_code == 1 and again.stdout.startswith("identical: "), again.output
-    pinned = invoke("pin", trace, "--name", "store-race")  # the header says where it lives
+    unnamed = invoke("pin", trace, "--name", "store-race")  # the header's file is not run
+    assert unnamed.exit_code == 2 and "--scenario" in unnamed.stderr, unnamed.output
+    pinned = invoke("pin", trace, "--name", "store-race", "--scenario", test)
     assert pinned.exit_code == 0, pinned.output
     assert check_pinned("traces/regressions/store-race.jsonl").endswith(
         "(assert violated again)")
@@ -291,8 +296,7 @@ def test_plain_pytest_from_another_directory_fails_with_the_story_and_a_replay_t
     replay = _replay_line(out)
     assert replay.endswith(" --scenario proj/tests/test_counter.py::test_two_bumps_make_two")
     argv = shlex.split(replay)
-    for args in (argv[1:], argv[1:3]):  # as printed, and the trace alone
-        again = subprocess.run([sys.executable, "-m", "dst", *args], cwd=tmp_path,
-                               capture_output=True, text=True, timeout=300, check=False)
-        assert again.returncode == 1, again.stdout + again.stderr
-        assert again.stdout.startswith("identical: "), again.stdout + again.stderr
+    again = subprocess.run([sys.executable, "-m", "dst", *argv[1:]], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert again.stdout.startswith("identical: "), again.stdout + again.stderr
