@@ -176,13 +176,15 @@ def _virtualised(frame: types.FrameType) -> bool:
 def _asked_by(frame: types.FrameType) -> types.FrameType | None:
     """The user's own line a library was running for when it made a refused call (the
     agent's ``stdio_client(...)`` under the MCP SDK's ``open_process``), or None when
-    ``frame`` is the user's already.  dst's kernel is nobody's line."""
+    ``frame`` is the user's already.  dst's own machinery (the kernel, the runners) is
+    nobody's line; its runtime, fakes and agents are code written against ``Env``."""
     owners = (ACTIVE[-1].code_owners if ACTIVE else None) or outside.DEFAULT_OWNERS
     at: types.FrameType | None = frame
     while at is not None:
         module, filename = _module_of(at), at.f_code.co_filename
-        if not _in_stdlib(filename) and not module.startswith("dst.sim") \
-                and owners.is_users(module, filename):
+        machinery = (module == "dst" or module.startswith("dst.")) and not module.startswith(
+            ("dst.runtime", "dst.fakes", "dst.agents"))
+        if not machinery and not _in_stdlib(filename) and owners.is_users(module, filename):
             return None if at is frame else at
         at = at.f_back
     return None
