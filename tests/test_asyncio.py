@@ -666,12 +666,9 @@ def test_the_documented_asyncio_example_runs(tmp_path: Path) -> None:
 
 
 def test_a_pydantic_ai_agent_runs_on_the_loop() -> None:
-    """A real asyncio framework (anyio task groups, tool calls) on dst's loop.
-
-    Run with the guard off: pydantic-ai reads the clock and ``os.urandom`` itself (its
-    uuid7 run ids, message timestamps), which the guard refuses until it virtualises
-    installed libraries' reads.
-    """
+    """A real asyncio framework (anyio task groups, tool calls) on dst's loop, under the
+    guard: pydantic-ai's own clock and ``os.urandom`` reads (its uuid7 run ids, message
+    timestamps) are an installed library's, answered by the run."""
     pytest.importorskip("pydantic_ai")
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
@@ -706,7 +703,7 @@ def test_a_pydantic_ai_agent_runs_on_the_loop() -> None:
     results: list[Any] = []
     run_sims(((Kernel(seed, RandomWalk(seed)), lambda sim: scenario.build(sim, {}))
               for seed in range(20)),
-             lambda sim: results.append(_result(scenario, {}, sim)), guarded=False)
+             lambda sim: results.append(_result(scenario, {}, sim)))
     assert {(r.verdict, r.ended) for r in results} == {("pass", "quiescent")}, [
         _violation(r) for r in results if r.violated][:1]
     assert all(r.sim.stores["db"].peek("done") == "ordered" for r in results)
