@@ -71,9 +71,11 @@ def test_the_tool_handler_is_the_server_process_in_the_trace(found: SeedFailed) 
     placing = [r["actor"] for r in trace.records
                if r["type"] == "event" and r["event"] == "placing order"]
     assert len(placing) == 2 and all(a.startswith("orders/") for a in placing), placing
-    writes = [r["enabled"][r["chosen"]] for r in trace.records if r["type"] == "decision"
-              and "@orders.put(" in r["enabled"][r["chosen"]]]
-    assert writes and all(w.startswith("orders/") for w in writes), writes
+    store_calls = [r["enabled"][r["chosen"]] for r in trace.records if r["type"] == "decision"
+                   and "@orders." in r["enabled"][r["chosen"]]]
+    numbered = [c.partition("@")[0] for c in store_calls if c.endswith("@orders.cas(orders)")]
+    assert len(set(numbered)) == 2, store_calls  # two handlers, one order each
+    assert all(c.startswith("orders/") for c in store_calls), store_calls
 
 
 def test_a_handler_started_in_the_clients_context_is_the_servers_task() -> None:
