@@ -151,6 +151,7 @@ def _file_module(ref: str) -> ModuleType:
         raise UsageError(f"cannot load {ref} as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up here
+    _import_as_pytest_does(path)
     try:
         spec.loader.exec_module(module)
     except DstError:
@@ -160,6 +161,18 @@ def _file_module(ref: str) -> ModuleType:
         raise _import_failed(ref, exc) from None
     _FILE_CACHE[key] = module
     return module
+
+
+def _import_as_pytest_does(path: Path) -> None:
+    """Put on ``sys.path`` what pytest would before importing the file at ``path`` (its
+    ini file's ``pythonpath``, the basedirs of the file and its conftests; see
+    :func:`dst.project.import_dirs`), so that a test file imports its project's
+    packages from any working directory, as the replay line pytest printed says."""
+    from .project import import_dirs
+
+    for directory in reversed(import_dirs(path)):
+        if str(directory) not in sys.path:
+            sys.path.insert(0, str(directory))
 
 
 def _named(ref: str) -> Scenario:
