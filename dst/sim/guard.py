@@ -464,12 +464,17 @@ def _in_run() -> bool:
     return bool(ACTIVE) and get_ident() == _GUARDED_THREAD
 
 
-def _virtual_time() -> float:
-    return ACTIVE[-1].now if _in_run() else _REAL_TIME()
+def _virtual_wall() -> float:
+    return outside.EPOCH + ACTIVE[-1].now if _in_run() else _REAL_TIME()
 
 
-def _virtual_time_ns() -> int:
-    return round(ACTIVE[-1].now * 1_000_000_000) if _in_run() else _REAL_TIME_NS()
+def _virtual_wall_ns() -> int:
+    return outside.EPOCH * 1_000_000_000 + round(ACTIVE[-1].now * 1_000_000_000) \
+        if _in_run() else _REAL_TIME_NS()
+
+
+def _virtual_pid() -> int:
+    return outside.getpid() if _in_run() else _REAL_GETPID()
 
 
 _CLOCK = "env.clock.now()"
@@ -595,17 +600,20 @@ def _targets() -> list[Target]:
                  "serve_ssl_over_tcp"):
         entry(trio, name, f"trio.{name}()", _NET)
 
-    # stdlib logging reads the run's virtual clock instead of tripping a trap.
+    # stdlib logging reads the run's virtual wall clock (what libraries' time.time() reads:
+    # a record's created, asctime) instead of tripping a trap, and the process's virtual
+    # pid (LogRecord.process), so a handler that keeps records keeps the same ones.
     for name in ("logging", "logging.handlers"):
         module = sys.modules.get(name)
         if module is not None and getattr(module, "time", None) is time:
-            out.append((module, "time", _Proxy(time, time=_virtual_time,
-                                                  time_ns=_virtual_time_ns), False))
-    if getattr(logging, "os", None) is os:  # LogRecord.process: the user's handlers only
-        out.append((logging, "os", _Proxy(os, getpid=_REAL_GETPID), False))
+            out.append((module, "time", _Proxy(time, time=_virtual_wall,
+                                                  time_ns=_virtual_wall_ns), False))
+    if getattr(logging, "os", None) is os:
+        out.append((logging, "os", _Proxy(os, getpid=_virtual_pid), False))
     start = getattr(logging, "_startTime", None)
-    if isinstance(start, (int, float)):  # relativeCreated = created - _startTime
-        out.append((logging, "_startTime", type(start)(0), False))
+    if isinstance(start, (int, float)):  # relativeCreated: virtual milliseconds
+        epoch = outside.EPOCH * 1_000_000_000 if isinstance(start, int) else outside.EPOCH
+        out.append((logging, "_startTime", type(start)(epoch), False))
     return out
 
 

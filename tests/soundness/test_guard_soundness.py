@@ -22,6 +22,7 @@ import pytest
 import trio
 
 from dst import Env, Sim
+from dst.sim.outside import EPOCH
 
 from ..simkit import inline, one
 
@@ -237,8 +238,12 @@ def test_stdlib_logging_works_inside_a_run_and_stamps_virtual_time(
     violated, _ = _run_culprit(log)
     assert violated == []
     (record,) = handler.records
-    assert (record.created, record.msecs, record.relativeCreated) == (5.0, 0.0, 5000.0)
-    assert " 5000 five virtual seconds in" in handler.lines[0]
+    # The wall clock installed libraries read in a run (2025-01-01 plus virtual seconds),
+    # and the process's virtual pid: the same records on every replay.
+    assert (record.created, record.msecs, record.relativeCreated) == (EPOCH + 5, 0.0, 5000.0)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(EPOCH + 5))  # this machine's zone
+    assert handler.lines[0] == f"{stamp},000 5000 five virtual seconds in"
+    assert record.process != os.getpid()
 
     logger.warning("after the run")
     assert handler.records[-1].created > 1e9, "the wall clock is back outside a run"
