@@ -119,3 +119,12 @@ def import_dirs(file: str | os.PathLike[str]) -> list[Path]:
         conftests = []
     found = [_basedir(path), *conftests, *(ini.paths("pythonpath") if ini else [])]
     return list(dict.fromkeys(found))
+
+
+def pin_dirs(start: str | os.PathLike[str]) -> tuple[list[Path], Path, IniFile | None]:
+    """The directories whose pins a plain ``pytest`` run in ``start`` collects (its ini
+    file's ``dst_traces``, else ``traces/regressions`` of its rootdir), the rootdir
+    and the ini file."""
+    rootdir, ini = pytest_rootdir(start)
+    dirs = ini.paths("dst_traces") if ini is not None else []
+    return (dirs or [rootdir / "traces" / "regressions"]), rootdir, ini

@@ -17,7 +17,9 @@ with ``dst pin`` gets them replayed by a plain ``pytest``:
 
 Pinned traces are added when pytest collects its default paths (no path given on
 the command line), and whenever a path given reaches one (``pytest
-traces/regressions``); ``pytest tests/test_x.py`` runs just that file.  The
+traces/regressions``); a trace file or a directory of traces given on the command
+line is collected wherever it is (``pytest sub/traces/regressions``, a corpus
+``dst pin`` made outside the rootdir); ``pytest tests/test_x.py`` runs just that file.  The
 testing API (and with it the kernel) is imported only when a pinned trace or a
 marked test runs.
 
@@ -31,6 +33,7 @@ ran so (``dst.testing.hash_seed_note``).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,8 +70,35 @@ def _trace_dirs(config: pytest.Config) -> list[Path]:
     return [Path(d).resolve() for d in dirs]
 
 
+def _given(config: pytest.Config) -> set[Path]:
+    """The paths given on the command line (without ``::`` node parts), resolved."""
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return set()
+    base = config.invocation_params.dir
+    return {(base / arg.partition("::")[0]).resolve() for arg in config.args}
+
+
+def _is_trace(path: Path) -> bool:
+    """Whether ``path`` starts with a dst trace header (a directory given may hold other
+    ``.jsonl`` files)."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            header = json.loads(f.readline(1 << 20))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(header, dict) and header.get("format") == "dst-trace"
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix == ".jsonl" and file_path.parent.resolve() in _trace_dirs(parent.config):
+    """A ``.jsonl`` in a pin directory (``dst_traces``), or given on the command line
+    (``pytest path/to/pin.jsonl``), or a trace in a directory given (``pytest
+    sub/traces/regressions``, wherever it is, under the rootdir or not)."""
+    if file_path.suffix != ".jsonl":
+        return None
+    given = _given(parent.config)
+    where = file_path.parent.resolve()
+    if (where in _trace_dirs(parent.config) or file_path.resolve() in given
+            or (where in given and _is_trace(file_path))):
         return PinnedTraceFile.from_parent(parent, path=file_path)
     return None
 

@@ -367,6 +367,38 @@ def test_the_dst_traces_ini_option_says_where_pins_are(project: Path) -> None:
     assert "counter-0.jsonl" not in listed.stdout
 
 
+
+def test_pins_outside_the_rootdir_run_when_their_directory_or_file_is_given(
+        project: Path) -> None:
+    (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    sub = project / "sub" / "traces" / "regressions"
+    pin_trace(COUNTER, directory=sub)
+    (sub / "notes.jsonl").write_text('{"not": "a trace"}\n', encoding="utf-8")
+    ran = _pytest(project / "sub", "traces/regressions")
+    assert "1 passed" in ran.stdout, ran.stdout
+    one = _pytest(project / "sub", "traces/regressions/counter-0.jsonl")
+    assert "1 passed" in one.stdout, one.stdout
+    listed = _pytest(project / "sub", "--co", "traces/regressions")
+    assert "notes.jsonl" not in listed.stdout and "1 test collected" in listed.stdout
+
+
+def test_pin_says_where_pytest_looks_when_the_corpus_is_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    away = invoke("pin", str(COUNTER))
+    assert away.exit_code == 0, away.output
+    assert "pytest replays it on every run" not in away.stdout
+    assert (f"a plain pytest run here collects pins from {tmp_path / 'traces' / 'regressions'}"
+            in away.stdout), away.stdout
+    assert "replay it with `pytest traces/regressions`" in away.stdout
+    monkeypatch.chdir(tmp_path)
+    home = invoke("pin", str(COUNTER))
+    assert home.exit_code == 0, home.output
+    assert home.stdout.rstrip().endswith("; pytest replays it on every run"), home.stdout
+
+
 # -- dst check ---------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ that the tests can load it), and it replays identically here.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 import click
@@ -60,4 +61,21 @@ def command(trace_path: str, name: str | None, note: str, directory: str,
         click.echo(f"already pinned: {visible(str(pin.path))} holds this trace")
         return
     click.echo(f"pinned {visible(str(pin.path))}; note in {visible(str(pin.sidecar))}; "
-               "pytest replays it on every run")
+               f"{_where_pytest_finds(pin.path.parent)}")
+
+
+def _where_pytest_finds(directory: Path) -> str:
+    """Whether a plain ``pytest`` run here collects the pins of ``directory``, in words."""
+    from dst.project import pin_dirs
+    from dst.registry import shown_path
+
+    dirs, rootdir, ini = pin_dirs(".")
+    if directory.resolve() in [d.resolve() for d in dirs]:
+        return "pytest replays it on every run"
+    looks = ", ".join(visible(shown_path(str(d))) for d in dirs)
+    why = f"dst_traces of {visible(shown_path(str(ini.path)))}" if ini is not None \
+        and ini.paths("dst_traces") else f"its rootdir is {visible(str(rootdir))}"
+    return (f"but a plain pytest run here collects pins from {looks} ({why}), not "
+            f"from {visible(shown_path(str(directory)))}: replay it with `pytest "
+            f"{visible(shown_path(str(directory)))}`, or pin it with --dir "
+            f"{visible(shown_path(str(dirs[0])))}")
