@@ -255,6 +255,10 @@ def _load_trace(path: str, scenario_ref: str | None) -> tuple[Trace, Scenario]:
             # A trace is untrusted input (an attachment to a bug report): the file its
             # header names is shown, never imported; only --scenario names code to run.
             recorded = trace.header.get("scenario_file")
+            if isinstance(recorded, str):  # as a path from here, when it is found
+                from .project import recorded_file
+
+                recorded = recorded_file(recorded, path) or recorded
             where = (f"--scenario {shlex.quote(f'{recorded}::{name}')} (the file it was "
                      "recorded from: dst runs no code a trace names)"
                      if isinstance(recorded, str)

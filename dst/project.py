@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["IniFile", "find_ini", "import_dirs", "pytest_rootdir"]
+__all__ = ["IniFile", "find_ini", "import_dirs", "pin_dirs", "pytest_rootdir", "recorded_file"]
 
 _INI_NAMES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 _SECTIONS = {"pytest.ini": "pytest", ".pytest.ini": "pytest", "tox.ini": "pytest",
@@ -128,3 +128,18 @@ def pin_dirs(start: str | os.PathLike[str]) -> tuple[list[Path], Path, IniFile |
     rootdir, ini = pytest_rootdir(start)
     dirs = ini.paths("dst_traces") if ini is not None else []
     return (dirs or [rootdir / "traces" / "regressions"]), rootdir, ini
+
+
+def recorded_file(recorded: str, trace_path: str | os.PathLike[str]) -> str | None:
+    """The file a header's ``scenario_file`` names (relative to where ``dst run`` or pytest
+    ran), as a path from the working directory, when it is found: relative to the
+    working directory, else to the trace's directory or one above it.  Only looked
+    at, for a replay line to show: never imported."""
+    if os.path.isabs(recorded):
+        return recorded if os.path.isfile(recorded) else None
+    trace_dir = Path(os.path.abspath(trace_path)).parent
+    for base in (Path.cwd(), trace_dir, *trace_dir.parents):
+        candidate = base / recorded
+        if candidate.is_file():
+            return os.path.relpath(candidate)
+    return None

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DivergenceError, DstError, UsageError
+from .project import recorded_file
 from .registry import caller_file, is_shipped, load, near, shown_path
 from .runner.single import RunResult, replay_trace, run_seeds
 from .scenario import Scenario
@@ -310,7 +311,8 @@ def _pinned_scenario(pin: Pin, trace: Trace, *, pinning: bool = False) -> Scenar
     if pin.scenario is None:
         if not is_shipped(name):
             recorded = trace.header.get("scenario_file")  # shown, never imported
-            ref = f"{recorded}::{name}" if isinstance(recorded, str) else "FILE.py"
+            ref = f"{recorded_file(recorded, pin.path) or recorded}::{name}" \
+                if isinstance(recorded, str) else "FILE.py"
             raise UsageError(
                 f"{pin.path} is a trace of scenario {name!r}, which is not a shipped one"
                 + ("; say where it lives: " if pinning else
@@ -476,14 +478,24 @@ def replay_command(path: str, trace: Trace, scenario_ref: str | None = None) -> 
     """The command that replays the trace at ``path``, with the ``--scenario`` of a
     scenario that is not a shipped one: ``scenario_ref`` when given (``dst show
     --scenario``), else its pin's note, else the file its header records
-    (``scenario_file``: where ``dst run`` found it, relative to where it ran), else a
-    placeholder to fill."""
+    (``scenario_file``: where ``dst run`` found it, relative to where it ran) as found
+    from here (:func:`recorded_file`), else the recorded or a placeholder path with a
+    shell comment that says what to fill in."""
     ref = scenario_ref
     if ref is None:
         try:
             ref = read_pin(path).scenario
         except DstError:
             ref = None
-    if ref is None and not is_shipped(str(trace.header["scenario"])):
-        ref = trace.header.get("scenario_file") or "SCENARIO_FILE.py"
-    return replay_line(path, ref)
+    name = str(trace.header["scenario"])
+    if ref is not None or is_shipped(name):
+        return replay_line(path, ref)
+    recorded = trace.header.get("scenario_file")
+    if not isinstance(recorded, str):
+        return (replay_line(path, "SCENARIO_FILE.py") + f"  # SCENARIO_FILE.py: the file (or "
+                f"module) that defines scenario {name!r}; the trace does not say")
+    found = recorded_file(recorded, path)
+    if found is not None:
+        return replay_line(path, found)
+    return (replay_line(path, recorded) + f"  # {recorded} is where the trace was recorded "
+            "from, not found from here: give its path from here")

@@ -102,7 +102,9 @@ def test_dst_show_scenario_names_the_file_for_a_trace_that_does_not(project: Pat
     legacy.write_text(Trace(old.header, old.records, old.footer).text(), encoding="utf-8")
 
     placeholder = invoke("show", "legacy.jsonl", "--format", "markdown").stdout
-    assert _replay_lines(placeholder) == ["dst replay legacy.jsonl --scenario SCENARIO_FILE.py"]
+    assert _replay_lines(placeholder) == [
+        "dst replay legacy.jsonl --scenario SCENARIO_FILE.py  # SCENARIO_FILE.py: the file (or "
+        "module) that defines scenario 'bank'; the trace does not say"]
     for fmt in ("markdown", "html"):
         shown = invoke("show", "legacy.jsonl", "--format", fmt, "--scenario", "proj/bank.py")
         assert shown.exit_code == 0, shown.output
@@ -115,6 +117,35 @@ def test_dst_show_scenario_names_the_file_for_a_trace_that_does_not(project: Pat
     assert wrong.stderr.startswith("error: counter defines scenario 'counter', but ")
     missing = invoke("show", "legacy.jsonl", "--scenario", "proj/nothing.py")
     assert missing.exit_code == 2 and "no scenario file proj/nothing.py" in missing.stderr
+
+
+def test_dst_show_from_another_directory_prints_a_replay_line_that_runs_there(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = _run_bank()["groups"][0]["traces"][0]  # out/bank-N.jsonl, from tmp_path
+    (project / "elsewhere").mkdir()
+    monkeypatch.chdir(project / "elsewhere")
+    shown = invoke("show", f"../{trace}", "--format", "markdown")
+    assert shown.exit_code == 0, shown.output
+    lines = _replay_lines(shown.stdout)
+    assert lines == [f"dst replay ../{trace} --scenario ../proj/bank.py"], lines
+    again = _runs(lines[0])
+    assert again.exit_code == 1 and again.stdout.startswith("identical: "), again.output
+    refused = invoke("replay", f"../{trace}")  # the --scenario it asks for, from here too
+    assert refused.exit_code == 2 and "--scenario ../proj/bank.py::bank" in refused.stderr
+
+
+def test_dst_show_says_what_to_fill_in_when_the_recorded_file_is_not_found(
+        project: Path, tmp_path_factory: pytest.TempPathFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = Path(_run_bank()["groups"][0]["traces"][0])
+    away = tmp_path_factory.mktemp("away")
+    (away / trace.name).write_bytes(trace.read_bytes())
+    monkeypatch.chdir(away)
+    shown = invoke("show", trace.name, "--format", "markdown")
+    assert shown.exit_code == 0, shown.output
+    assert (f"dst replay {trace.name} --scenario proj/bank.py  # proj/bank.py is where the trace "
+            "was recorded from, not found from here: give its path from here"
+            in shown.stdout.replace("\\", "")), shown.stdout
 
 
 def test_shipped_scenarios_keep_the_header_they_always_had(tmp_path: Path) -> None:
