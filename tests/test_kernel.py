@@ -227,6 +227,21 @@ def test_an_exception_in_the_code_under_test_is_a_violation_not_a_dst_crash() ->
     assert "broken raised KeyError" in result.trace().records[-1]["message"]
 
 
+def test_an_exception_raised_inside_the_standard_library_names_the_user_s_line() -> None:
+    import json
+
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def parse(env: Env) -> None:
+            await env.store.get("x")
+            json.loads("{not json")
+
+        sim.process("parse", parse, stores=["db"])
+
+    message = one(inline(setup)).trace().records[-1]["message"]
+    assert message.startswith("parse raised JSONDecodeError: ")
+    assert " at test_kernel.py:" in message and " in parse (raised at decoder.py:" in message
+
+
 def test_an_invariant_that_returns_none_is_reported_with_what_to_return() -> None:
     def setup(sim: Sim, _: dict[str, Any]) -> Any:
         async def idle(env: Env) -> None:

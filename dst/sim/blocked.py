@@ -129,6 +129,23 @@ def user_frames(tb: Any, limit: int = 8) -> tuple[str, ...]:
         tb = tb.tb_next
     return tuple(out[-limit:])
 
+def users_line(tb: Any, owners: Any) -> str | None:
+    """``file:line in func`` of the innermost frame of ``tb`` that is the user's code (by
+    ``owners``, a :class:`~dst.sim.outside.CodeOwners`): not the standard library, not an
+    installed library, not trio or dst's machinery; None when no frame is."""
+    from .guard import _in_stdlib, _module_of
+
+    found: str | None = None
+    while tb is not None:
+        frame = tb.tb_frame
+        module, filename = _module_of(frame), frame.f_code.co_filename
+        if not _is_library(frame) and not _in_stdlib(filename) \
+                and owners.is_users(module, filename):
+            found = f"{os.path.basename(filename)}:{tb.tb_lineno} in {frame.f_code.co_name}"
+        tb = tb.tb_next
+    return found
+
+
 def task_name(task: ll.Task) -> str:
     """A task's readable, stable name: its function's, never a memory address.
 

@@ -11,7 +11,8 @@ that see them (``liveness`` and ``busy``) and recorded the same way.
 from __future__ import annotations
 
 from ..errors import ProcessCrashed
-from .blocked import user_frames
+from .blocked import user_frames, users_line
+from .outside import DEFAULT_OWNERS
 from .process import Process
 from .state import SimState
 
@@ -64,6 +65,10 @@ class Findings(SimState):
             leaf = leaf.exceptions[0]
         frames = user_frames(leaf.__traceback__)
         where = f" at {frames[-1]}" if frames else ""
+        if frames:  # raised inside the standard library or a library: name the user's line
+            mine = users_line(leaf.__traceback__, self.code_owners or DEFAULT_OWNERS)
+            if mine is not None and mine != frames[-1]:
+                where = f" at {mine} (raised at {frames[-1]})"
         message = f"{proc.name} raised {type(leaf).__name__}: {leaf}{where}"
         if isinstance(leaf, ProcessCrashed):
             message += (" (a task started by a crashed process died with it inside this "
