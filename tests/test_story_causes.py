@@ -189,6 +189,48 @@ def test_an_injected_fault_is_told_before_the_violation_in_an_assertion_message(
                      message[at - 1]), message
 
 
+#: A fake's fault is a data choice named ``NAME.fault`` (as the HTTP fake LLM's are):
+#: a 500 makes the agent retry a turn whose tool already ran.
+FAKE_FAULT = '''
+from typing import Any
+
+from dst import Scenario
+
+scenario = Scenario("retried", doc="a turn retried after the model's 500 runs its tool twice")
+
+
+class World:
+    tool_runs = 0
+
+
+@scenario.setup
+def setup(sim: Any, config: Any) -> World:
+    world = World()
+
+    async def agent(env: Any) -> None:
+        for _attempt in range(2):
+            world.tool_runs += 1
+            if sim.choose("llm.fault", ["none", "server_error"]) == "none":
+                return
+            await env.clock.sleep(1)
+
+    sim.process("agent", agent, crashable=False)
+    return world
+
+
+@scenario.invariant("ToolRunsOnce")
+def once(world: World) -> bool | str:
+    return world.tool_runs <= 1 or f"the tool ran {world.tool_runs} times"
+'''
+
+
+def test_a_fake_s_fault_choice_is_told_with_the_faults(tmp_path: Path) -> None:
+    lines, _ = _run(tmp_path, _scenario(tmp_path, "retried", FAKE_FAULT))
+    at = next(i for i, line in enumerate(lines) if "VIOLATED ToolRunsOnce" in line)
+    assert re.search(r"\s+why\s+faults injected: llm: server_error \(step \d+\)$",
+                     lines[at - 1]), lines
+
+
 def test_a_plain_race_tells_no_why_and_the_readme_story_as_printed(tmp_path: Path) -> None:
     """The counter's lost update has no message, no wait and no fault behind it: its
     story is the README's, line for line."""

@@ -19,8 +19,10 @@ HTML page draws, cut at the first violation:
 - **parked across a time jump**: a task option enabled before the violation and
   not taken until virtual time had moved on (or not at all);
 - **faults injected**: crashes, drops, duplicates, losses, partitions, service
-  and TCP faults, slow timers (a restart or a heal is a recovery, a refused or
-  stale call a consequence: the story tells those where they happen).
+  and TCP faults, slow timers, a fake's data choice named ``NAME.fault`` other than
+  ``none`` (the HTTP fake LLM's 500s, 429s, malformed and truncated replies); a
+  restart or a heal is a recovery, a refused or stale call a consequence: the
+  story tells those where they happen.
 
 A run without any of these gets no line at all: a plain race keeps its short
 story.  Each kind is capped (:data:`MAX_LISTED`), the rest counted in one more
@@ -28,6 +30,8 @@ line, so that a long chaotic run still tells a story that fits a screen.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from .model import Trace
 from .perfetto import Arrow, Span, Timeline, timeline
@@ -67,15 +71,29 @@ def why(trace: Trace) -> list[str]:
     if at is None:
         return []
     lines = _undelivered(tl, at) + _parked(tl, at)
-    faults = [rec for rec in trace.records[:at]
-              if rec["type"] == "fault" and rec["fault"] in _INJECTED]
+    faults = [f"{named} (step {rec['step']})" for rec in trace.records[:at]
+              for named in (_injected(rec),) if named is not None]
     if faults:
-        named = [_INJECTED[r["fault"]].format(target=r["target"], detail=r["detail"])
-                 + f" (step {r['step']})" for r in faults[:MAX_FAULTS]]
+        named = faults[:MAX_FAULTS]
         more = len(faults) - MAX_FAULTS
         lines.append("faults injected: " + ", ".join(named)
                      + (f", and {more} more" if more > 0 else ""))
     return lines
+
+
+def _injected(rec: dict[str, Any]) -> str | None:
+    """How a record names the fault it injected, or None: a ``fault`` record of an
+    injected kind, or a fake's data choice ``NAME.fault`` whose option is not ``none``
+    (the HTTP fake LLM's ``openai.fault:server_error``)."""
+    if rec["type"] == "fault":
+        told = _INJECTED.get(rec["fault"])
+        return None if told is None else told.format(target=rec["target"], detail=rec["detail"])
+    if rec["type"] == "decision" and rec.get("kind") == "data":
+        label = rec["enabled"][rec["chosen"]]
+        choice, _, option = label.rpartition(":")
+        if choice.endswith(".fault") and option != "none":
+            return f"{choice[:-len('.fault')]}: {option}"
+    return None
 
 
 def duration(seconds: float) -> str:
