@@ -189,17 +189,18 @@ def list_command(scenario_ref: str | None, as_json: bool) -> None:
       dst list
       dst list bank.py --json
     """
-    from .registry import all_scenarios, load
+    from .registry import all_scenarios, listed
 
-    try:
-        scenarios = [load(scenario_ref)] if scenario_ref else all_scenarios()
+    try:  # a file of @dst.test functions: each as FILE.py::NAME
+        named = listed(scenario_ref) if scenario_ref else [(s.name, s) for s in all_scenarios()]
     except DstError as err:
         _die(err)
     if as_json:
-        click.echo(json.dumps({"scenarios": [_scenario_json(s) for s in scenarios]}, indent=2))
+        click.echo(json.dumps({"scenarios": [{**_scenario_json(s), "name": name}
+                                             for name, s in named]}, indent=2))
         return
-    for s in scenarios:
-        click.echo(f"{s.name}: {s.doc}")
+    for name, s in named:
+        click.echo(f"{name}: {s.doc}")
         settings = [f"-c {w.name}={_show(w.default)}" for w in s.switches.values()]
         allowed = [_short(w.describe_allowed()) for w in s.switches.values()]
         w1 = max(map(len, settings), default=0)

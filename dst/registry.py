@@ -250,5 +250,17 @@ def load(ref: str) -> Scenario:
     )
 
 
+def listed(ref: str) -> list[tuple[str, Scenario]]:
+    """What ``dst list REF`` tells: the scenario ``ref`` names, by its name, or, for a
+    file or module of ``@dst.test`` functions, each of them as ``REF::NAME``."""
+    if "::" not in ref and not is_shipped(ref) and (ref.endswith(".py") or "." in ref):
+        module = _file_module(ref) if ref.endswith(".py") else _import(ref, ref)
+        tests = _tests_in(module)
+        if tests and not isinstance(getattr(module, "scenario", None), Scenario):
+            return [(f"{ref}::{name}", getattr(module, name).scenario) for name in tests]
+    scenario = load(ref)
+    return [(ref if "::" in ref else scenario.name, scenario)]
+
+
 def all_scenarios() -> list[Scenario]:
     return [_from_module(m, n) for n, m in shipped().items()]

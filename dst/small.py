@@ -59,7 +59,7 @@ from .sim.faults import NO_FAULTS, FaultPlan
 from .sim.kernel import Sim
 from .sim.state import DEFAULT_MAX_STEPS
 
-__all__ = ["ASSERT", "DEFAULT_SEEDS", "PARAMETERS", "PROCESS", "STORE", "test"]
+__all__ = ["ASSERT", "DEFAULT_SEEDS", "PARAMETERS", "PROCESS", "STORE", "UNFINISHED", "test"]
 
 #: Seeds a test runs when it does not say (as many as ``check_seeds`` runs).
 DEFAULT_SEEDS = 500
@@ -69,6 +69,9 @@ PROCESS = "test"
 STORE = "main"
 #: The violation a failing ``assert`` is.
 ASSERT = "assert"
+#: The violation a body still running at the test's step bound is: a test whose
+#: body never finished has not passed (its last asserts never ran).
+UNFINISHED = "Unfinished"
 #: What a test function may ask for, by parameter name, and what it gets.
 PARAMETERS = {
     "env": "the dst.Env of the simulated process the body runs as",
@@ -115,16 +118,19 @@ class _Settings:
 
     def __init__(self, seeds: int | Iterable[int], faults: FaultPlan | None,
                  max_steps: int) -> None:
-        if isinstance(seeds, bool) or not isinstance(seeds, (int, Iterable)) or (
+        if isinstance(seeds, (bool, str, bytes)) or not isinstance(seeds, (int, Iterable)) or (
                 isinstance(seeds, int) and seeds < 1):
             raise UsageError(f"@dst.test(seeds=...) is a count of 1 or more or the seeds "
-                             f"themselves, not {seeds!r}")
+                             f"themselves (seeds=500, seeds=range(100, 200)), not {seeds!r}")
         if not isinstance(seeds, int):
-            seeds = tuple(seeds)
-            if not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                    and s >= 0 for s in seeds):
+            given, seeds = seeds, tuple(seeds)
+            if not seeds:
+                raise UsageError(f"@dst.test(seeds={given!r}) gives no seed to run; give a "
+                                 "count (seeds=500) or at least one seed")
+            wrong = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+            if wrong:
                 raise UsageError(f"@dst.test(seeds=...) lists seeds, integers 0 or more, "
-                                 f"not {seeds!r}")
+                                 f"not {wrong[0]!r}")
         if faults is not None and not isinstance(faults, FaultPlan):
             raise UsageError(f"@dst.test(faults=...) is a dst.FaultPlan(...), not {faults!r}")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
@@ -143,25 +149,34 @@ class _Settings:
         doc = (inspect.getdoc(fn) or "").strip().partition("\n")[0]
         scenario = Scenario(name, doc=doc or f"the dst test {name}", faults=self.faults,
                             max_steps=self.max_steps)
-        setup = _Setup(fn, asked)
+        setup = _Setup(fn, asked, self.max_steps)
         scenario.setup(setup)
         scenario.invariant(ASSERT)(_Outcome.check)
+        scenario.invariant(UNFINISHED)(_Outcome.finished)
         scenario.at_end(ASSERT)(_Outcome.check)
         seeds = self.seeds
         filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
+        # Failing traces are named after the module too: two test files may each
+        # hold a test_x, and one run of pytest must not write both to test_x-SEED.
+        module = fn.__module__ if fn.__module__ not in (None, "__main__") else \
+            os.path.splitext(os.path.basename(filename))[0]
 
         def run() -> None:
             from .testing import SeedFailed, check_seeds  # loaded when a test runs
 
             ref = f"{shown_path(filename)}::{name}"
             setup.explained.clear()
+            setup.skipped = None
             try:
-                check_seeds(scenario, seeds, scenario_ref=ref, verbose=True)
+                check_seeds(scenario, seeds, scenario_ref=ref, verbose=True,
+                            trace_name=f"{module}.{name}")
                 failure = None
             except SeedFailed as exc:
                 failure = str(exc) + _explanation(setup.explained.get(exc.seed))
             if failure is not None:  # outside the except: the message alone, not a chain
                 _fail(failure)
+            if setup.skipped is not None:  # pytest.skip() in the body: the test is skipped
+                raise setup.skipped  # its traceback ends at the user's skip() line
 
         run.__name__ = name
         run.__qualname__ = fn.__qualname__
@@ -170,6 +185,8 @@ class _Settings:
         # Where pytest reports the test (its own attribute for wrapped tests).
         run.compat_co_firstlineno = fn.__code__.co_firstlineno  # type: ignore[attr-defined]
         run.scenario = scenario  # type: ignore[attr-defined]
+        if hasattr(fn, "pytestmark"):  # @pytest.mark.xfail(...) under @dst.test
+            run.pytestmark = fn.pytestmark  # type: ignore[attr-defined]
         return run
 
 
@@ -182,15 +199,22 @@ def _named(fn: object) -> str:
 def _parameters(fn: TestBody, name: str) -> frozenset[str]:
     """The names of what the body asks for; anything else is refused in one line."""
     asked = set()
-    for param in inspect.signature(fn).parameters.values():
+    for n, param in enumerate(inspect.signature(fn).parameters.values()):
         if param.name not in PARAMETERS or param.kind in (
                 param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
             offered = ", ".join(PARAMETERS)
             star = "*" * (param.kind == param.VAR_POSITIONAL) + "**" * (
                 param.kind == param.VAR_KEYWORD)
+            if n == 0 and param.name in ("self", "cls"):
+                instead = ("a dst test is a module-level function: move it out of its "
+                           "class (the class's setup does not run in a simulated run)")
+            else:
+                instead = ("pytest fixtures and @pytest.mark.parametrize cannot reach a "
+                           "simulated run: loop over the values in the body, or write a "
+                           "Scenario with a switch (docs/scenarios.md)")
             raise UsageError(f"{name} asks for {star}{param.name}, which a dst test cannot "
                              f"give; it may ask for {offered} by name (and needs no other "
-                             "parameter)")
+                             f"parameter); {instead}")
         asked.add(param.name)
     return frozenset(asked)
 
@@ -217,13 +241,32 @@ def _fail(message: str) -> None:
 
 
 class _Outcome:
-    """The world of one run: the failed assertion's message, once the body raised it."""
+    """The world of one run: the failed assertion's message, once the body raised it,
+    and whether the body has finished."""
 
-    def __init__(self) -> None:
+    def __init__(self, sim: Sim, bound: int) -> None:
         self.failed: str | None = None
+        self.done = False
+        self.sim = sim
+        #: The test's own step bound (``@dst.test(max_steps=...)``).
+        self.bound = bound
 
     def check(self) -> bool | str:
         return True if self.failed is None else self.failed
+
+    def finished(self) -> bool | str:
+        """``Unfinished``: the body still running when the run reaches the test's bound.
+
+        Checked before every decision, so it speaks just before the kernel would cut
+        the run.  A run under another bound (``dst explore --max-steps``) is cut by
+        that bound as any scenario's run is.
+        """
+        sim = self.sim
+        if self.done or sim.step < self.bound or sim.max_steps != self.bound:
+            return True
+        return (f"the test body had not finished after {self.bound:,} steps, the test's "
+                "bound: make the body finish (a loop that never ends? a task never "
+                "cancelled?), or raise @dst.test(max_steps=...)")
 
 
 class _Setup:
@@ -234,16 +277,19 @@ class _Setup:
     (``Scenario.user_code``) as for a scenario written in the test's module.
     """
 
-    def __init__(self, fn: TestBody, asked: frozenset[str]) -> None:
+    def __init__(self, fn: TestBody, asked: frozenset[str], bound: int) -> None:
         self.fn = fn
         self.asked = asked
+        self.bound = bound
         #: Seed -> the failed assertion's full text (pytest's explanation, not recorded).
         self.explained: dict[int, str] = {}
+        #: ``pytest.skip()`` called by the body: the test is skipped, not failed.
+        self.skipped: BaseException | None = None
         self.__module__ = fn.__module__
         self.__code__ = fn.__code__
 
     def __call__(self, sim: Sim, config: dict[str, Any]) -> _Outcome:
-        outcome = _Outcome()
+        outcome = _Outcome(sim, self.bound)
         plan, seed = sim.faults, sim.seed
         fn, asked, explained = self.fn, self.asked, self.explained
 
@@ -255,13 +301,25 @@ class _Setup:
                 leaf: BaseException = exc
                 while isinstance(leaf, BaseExceptionGroup):
                     leaf = leaf.exceptions[0]
+                if _is_skip(leaf):
+                    if self.skipped is None:
+                        self.skipped = leaf
+                    return
                 if not isinstance(leaf, AssertionError):
                     raise
                 outcome.failed = assertion_message(leaf)
                 explained[seed] = str(leaf)
+            finally:
+                outcome.done = True
 
         sim.process(PROCESS, main, stores=[STORE])
         return outcome
+
+
+def _is_skip(exc: BaseException) -> bool:
+    """``pytest.skip()``: the test does not apply here, whatever the seed."""
+    runner = sys.modules.get("pytest")
+    return runner is not None and isinstance(exc, runner.skip.Exception)
 
 
 def assertion_message(exc: AssertionError) -> str:

@@ -125,6 +125,7 @@ def check_seeds(
     out: str | os.PathLike[str] | None = None,
     scenario_ref: str | None = None,
     verbose: bool = False,
+    trace_name: str | None = None,
     **switches: Any,
 ) -> SeedsChecked:
     """Run ``seeds`` of ``scenario``; raise ``AssertionError`` at the first that breaks a check.
@@ -140,7 +141,8 @@ def check_seeds(
     ``scenario_ref`` says how ``dst replay --scenario`` finds a :class:`~dst.Scenario`
     that no module holds as ``scenario`` (``path/to/test_x.py::test_name`` for a
     ``@dst.test``); its file goes in the trace header.  ``verbose``: the story
-    tells the scheduler's decisions too (as ``dst show --verbose``).
+    tells the scheduler's decisions too (as ``dst show --verbose``).  ``trace_name``:
+    the failing trace's name before ``-SEED.jsonl`` (default: the scenario's name).
     """
     if isinstance(scenario, str):  # a file beside the calling test, else in the cwd
         scenario = near(scenario, caller_file())
@@ -165,7 +167,7 @@ def check_seeds(
                 # In the header: the file, from here (FILE.py of FILE.py::NAME).
                 r.scenario_file = scenario_file(ref.partition("::")[0] if ref else ref)
                 trace = r.trace()
-                path = write_trace(trace, where / f"{scen.name}-{r.seed}.jsonl")
+                path = write_trace(trace, where / f"{trace_name or scen.name}-{r.seed}.jsonl")
                 raise SeedFailed(_failure(trace, path, ref, runs, verbose), r.seed, path)
 
     batch: list[int] = []

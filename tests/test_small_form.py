@@ -123,7 +123,8 @@ def test_a_check_then_act_race_between_two_tasks_is_found_and_replays_identicall
     assert argv[:2] == ["dst", "replay"] and argv[3] == "--scenario"
     assert argv[4].endswith("tests/test_small_form.py::race_unlocked")
     trace = argv[2]
-    assert trace.startswith("traces/failures/race_unlocked-") and (here / trace).is_file()
+    assert trace.startswith(f"traces/failures/{__name__}.race_unlocked-")  # module.test-seed
+    assert (here / trace).is_file()
     again = invoke(*argv[1:])
     assert again.exit_code == 1, again.output
     assert again.stdout.startswith("identical: "), again.output
@@ -231,13 +232,48 @@ def test_a_parameter_a_dst_test_cannot_give_is_refused_in_one_line() -> None:
 
     text = _one_line_usage_error(lambda: dst.test(wants_db))
     assert text == ("wants_db asks for db, which a dst test cannot give; it may ask "
-                    "for env, faults by name (and needs no other parameter)")
+                    "for env, faults by name (and needs no other parameter); pytest "
+                    "fixtures and @pytest.mark.parametrize cannot reach a simulated run: "
+                    "loop over the values in the body, or write a Scenario with a switch "
+                    "(docs/scenarios.md)")
+
+
+def test_a_parametrized_test_is_refused_saying_what_to_write_instead() -> None:
+    async def per_size(n: int) -> None:
+        pass
+
+    marked = pytest.mark.parametrize("n", [1, 2])(per_size)
+    for make in (lambda: dst.test(seeds=5)(marked), lambda: pytest.mark.parametrize(
+            "n", [1, 2])(dst.test(seeds=5)(per_size))):
+        text = _one_line_usage_error(make)
+        assert text.startswith("per_size asks for n, which a dst test cannot give;"), text
+        assert "loop over the values in the body, or write a Scenario with a switch" in text
+
+
+def test_a_test_method_is_refused_saying_to_make_it_a_module_level_function() -> None:
+    def make() -> object:
+        class TestInClass:
+            @dst.test(seeds=5)
+            async def test_in_class(self) -> None:
+                pass
+
+        return TestInClass
+
+    text = _one_line_usage_error(make)
+    assert text.startswith("test_in_class asks for self, which a dst test cannot give;"), text
+    assert text.endswith("; a dst test is a module-level function: move it out of its class "
+                         "(the class's setup does not run in a simulated run)")
 
 
 def test_bad_settings_are_refused_in_one_line_and_the_decorator_is_no_test() -> None:
     cases: list[tuple[dict[str, Any], str]] = [
         ({"seeds": 0}, "@dst.test(seeds=...) is a count of 1 or more"),
-        ({"seeds": [1, -2]}, "@dst.test(seeds=...) lists seeds, integers 0 or more"),
+        ({"seeds": [1, -2]}, "@dst.test(seeds=...) lists seeds, integers 0 or more, not -2"),
+        ({"seeds": "x"}, "@dst.test(seeds=...) is a count of 1 or more or the seeds "
+                         "themselves (seeds=500, seeds=range(100, 200)), not 'x'"),
+        ({"seeds": []}, "@dst.test(seeds=[]) gives no seed to run; give a count "
+                        "(seeds=500) or at least one seed"),
+        ({"seeds": range(0)}, "@dst.test(seeds=range(0, 0)) gives no seed to run"),
         ({"faults": {"max_crashes": 1}}, "@dst.test(faults=...) is a dst.FaultPlan(...)"),
         ({"max_steps": 0}, "@dst.test(max_steps=...) is a step count of 1 or more"),
     ]
@@ -245,6 +281,96 @@ def test_bad_settings_are_refused_in_one_line_and_the_decorator_is_no_test() -> 
         text = _one_line_usage_error(lambda s=settings: dst.test(**s))
         assert text.startswith(says), text
     assert dst.test.__test__ is False  # type: ignore[attr-defined]  # pytest collects it not
+
+
+@dst.test(seeds=3, max_steps=200)
+async def never_finishes() -> None:
+    async def poll() -> None:
+        while True:
+            await trio.sleep(1)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poll)
+    raise AssertionError("never reached")
+
+
+def test_a_body_that_never_finishes_fails_naming_the_seed_the_bound_and_what_to_do(
+        here: Path) -> None:
+    message = _failure(never_finishes)
+    first = message.splitlines()[0]
+    assert first.startswith("never_finishes: Unfinished violated (seed 0, the 1st seed run; "
+                            "step 200, "), first
+    assert first.endswith("the test body had not finished after 200 steps, the test's bound: "
+                          "make the body finish (a loop that never ends? a task never "
+                          "cancelled?), or raise @dst.test(max_steps=...)"), first
+    _, _, trace, _, test = shlex.split(_replay_line(message))
+    again = invoke("replay", trace, "--scenario", test)
+    assert again.exit_code == 1 and "(Unfinished violated again)" in again.stdout, again.output
+
+
+def test_dst_run_of_a_body_that_never_finishes_reports_it_failed_not_passed(
+        here: Path) -> None:
+    ran = invoke("run", f"{__file__}::never_finishes", "--seeds", "2", "--workers", "1",
+                 "--no-shrink")
+    assert ran.exit_code == 1, ran.output
+    assert "2 failed (Unfinished x2)" in ran.stdout, ran.output
+    assert "VIOLATED Unfinished: the test body had not finished after 200 steps" in ran.stdout
+
+
+def test_a_story_outside_pytest_tells_the_interleaving_of_a_body_that_logs_nothing(
+        here: Path) -> None:
+    _, _, trace, _, test = shlex.split(_replay_line(_failure(race_unlocked)))
+    for args in (("show", trace), ("shrink", trace, "--scenario", test, "--budget", "5s")):
+        told = invoke(*args)
+        assert re.search(r"\n +1 +00:00:00.000 +sched +-> test/bump", told.stdout), (
+            args, told.output)
+
+
+def test_same_named_tests_in_two_files_keep_their_own_traces_and_replay_lines(
+        tmp_path: Path) -> None:
+    code = readme_example()[0].replace("test_two_bumps_make_two", "test_same")
+    for part in ("a", "b"):
+        where = tmp_path / "tests" / part
+        where.mkdir(parents=True)
+        (where / f"test_same_{part}.py").write_text(
+            code.replace("lost update", f"lost in {part}"), encoding="utf-8")
+    skips = tmp_path / "tests" / "test_skips.py"
+    skips.write_text("import pytest\nimport trio\nimport dst\n\n\n@dst.test(seeds=3)\n"
+                     "async def test_skips():\n    await trio.sleep(0)\n"
+                     "    pytest.skip('not here')\n", encoding="utf-8")
+    done = _pytest(tmp_path, "-rs", "tests")
+    assert "2 failed, 1 skipped" in done.stdout, done.stdout + done.stderr
+    # A pytest.skip() in the body skips the test, reported at the user's line.
+    assert "SKIPPED [1] tests/test_skips.py:9: not here" in done.stdout, done.stdout
+    replays = [line.split("replay: ", 1)[1] for line in done.stdout.splitlines()
+               if line.strip().startswith("replay: ")]
+    assert sorted(shlex.split(r)[2] for r in replays) == [
+        "traces/failures/test_same_a.test_same-1.jsonl",
+        "traces/failures/test_same_b.test_same-1.jsonl"], replays
+    for replay in replays:
+        again = subprocess.run([sys.executable, "-m", "dst", *shlex.split(replay)[1:]],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                               check=False)
+        assert again.returncode == 1 and again.stdout.startswith("identical: "), again.stdout
+
+
+def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONHASHSEED")}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=cwd, capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
+
+
+def test_dst_list_of_a_file_of_dst_tests_lists_each_as_file_and_name() -> None:
+    listed = invoke("list", __file__)
+    assert listed.exit_code == 0, listed.output
+    names = [line.split(": ", 1)[0] for line in listed.stdout.splitlines()
+             if not line.startswith(" ")]
+    assert f"{__file__}::race_unlocked" in names and f"{__file__}::store_race" in names, names
+    assert all(name.startswith(f"{__file__}::") for name in names), names
+    one = invoke("list", f"{__file__}::never_finishes")
+    assert one.stdout.startswith(f"{__file__}::never_finishes: the dst test never_finishes\n"
+                                 "    invariants: assert, Unfinished\n"), one.output
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -90,6 +90,8 @@ def story(trace: Trace, *, verbose: bool = False) -> list[tuple[int, str, str, s
 
     ``verbose`` adds the scheduler's decisions and, under a violation raised by
     an uncaught exception, the user's frames it passed through (innermost last).
+    A run that logged nothing (no event: a ``@dst.test`` body's tasks, say) tells
+    its decisions always: the interleaving is then all there is to tell.
 
     Just before the first violation come the facts behind it that no record
     tells (actor ``why``, :func:`dst.trace.causes.why`): messages sent and never
@@ -100,6 +102,7 @@ def story(trace: Trace, *, verbose: bool = False) -> list[tuple[int, str, str, s
 
     lines = []
     causes = why(trace)
+    decisions = verbose or not any(rec["type"] == "event" for rec in trace.records)
     for rec in trace.records:
         if causes and rec["type"] == "violation":
             step, t = rec["step"], format_time(rec["t"])
@@ -107,7 +110,7 @@ def story(trace: Trace, *, verbose: bool = False) -> list[tuple[int, str, str, s
             causes = []
         step, t = rec["step"], format_time(rec["t"])
         if rec["type"] == "decision":
-            if verbose:
+            if decisions:
                 chosen = rec["enabled"][rec["chosen"]]
                 others = len(rec["enabled"]) - 1
                 lines.append((step, t, "sched",
