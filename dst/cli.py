@@ -328,13 +328,30 @@ def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> 
         click.echo(f"identical: {len(trace.records)} records replayed byte for byte; "
                    f"verdict {verdict} ({what})")
     else:
-        click.echo(f"{diverged}\n  likely cause: the code under test (or the scenario) "
-                   "changed since the trace was recorded, or it is nondeterministic "
-                   "(reads something dst does not control); "
+        click.echo(f"{diverged}\n  likely cause: the code under test, the scenario or dst "
+                   f"changed since the trace was recorded{_recorded_by(trace)}, or it is "
+                   "nondeterministic (reads something dst does not control); "
                    "`dst run --check-determinism` tells which")
     if diverged is not None:
         sys.exit(EXIT_DIVERGED)
     sys.exit(EXIT_VIOLATION if verdict == "fail" else EXIT_OK)
+
+
+def _recorded_by(trace: Trace) -> str:
+    """`` (by dst 0.1.0 on Python 3.12.1; this is ...)`` when the versions differ."""
+    import platform
+
+    import trio
+
+    from . import __version__
+
+    h = trace.header
+    then = (h.get("dst_version"), h.get("python"), h.get("trio"))
+    now = (__version__, platform.python_version(), trio.__version__)
+    if then == now:
+        return ""
+    return (f" (recorded by dst {then[0]} on Python {then[1]} with trio {then[2]}; this is "
+            f"dst {now[0]} on Python {now[1]} with trio {now[2]})")
 
 
 @main.command("show")

@@ -300,9 +300,20 @@ def test_a_changed_user_scenario_replays_as_diverged_at_the_right_step(
     changed = invoke(*argv)
     assert changed.exit_code == 3, changed.output
     assert changed.stdout.startswith("diverged at step 1:"), changed.stdout
-    assert "likely cause" in changed.stdout
+    assert "likely cause" in changed.stdout and "recorded by dst" not in changed.stdout
     as_json = json.loads(invoke(*argv, "--json").stdout)
     assert as_json["identical"] is False and as_json["divergence"].startswith("diverged at")
+
+    # Recorded by another dst: the hint says so, with both versions.
+    from dst.trace.codec import read_trace, write_trace
+
+    trace = read_trace(argv[1])
+    trace.header["dst_version"] = "0.0.9"
+    write_trace(trace, argv[1])
+    older = invoke(*argv)
+    assert older.exit_code == 3, older.output
+    assert "changed since the trace was recorded (recorded by dst 0.0.9 on Python " \
+        in older.stdout, older.stdout
 
 
 def test_a_replay_given_the_wrong_scenario_is_refused(tmp_path: Path) -> None:
