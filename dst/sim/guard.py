@@ -14,7 +14,10 @@ That is for the user's own code.  The same read made by an installed library
 platform string) is plumbing, and gets its value from the simulation instead:
 virtual time, entropy seeded from the run, a thread's function run inline
 (``dst.sim.outside``, which also says whose code is whose).  Threads,
-subprocesses, sockets and files stay refused whoever asks.
+subprocesses, sockets and files stay refused whoever asks, with one
+exception: a library's IPv4 TCP ``socket.socket()`` in a process (hypercorn's
+``serve()`` makes its listeners so) is a stand-in on dst's simulated network
+(``dst.sim.sockets.stdlib``), and nothing real is opened.
 
 How: the guard swaps module and class attributes (``time.time``,
 ``random.random``, ``datetime.datetime``, ``threading.Thread.start``, ...) for
@@ -80,6 +83,7 @@ from typing import Any, NoReturn
 from ..errors import NondeterminismError
 from . import outside
 from .kernel import ACTIVE
+from .sockets import stdlib
 from .sockets.install import numeric_lookups, simulating
 
 #: Top-level packages and subpackages whose calls are let through: trio runs the
@@ -166,11 +170,15 @@ def _culprit(
     return frame, inner
 
 
-def _virtualised(frame: types.FrameType) -> bool:
+def _virtualised(frame: types.FrameType, libraries_only: bool = False) -> bool:
     """Whether a read blamed on ``frame`` gets the simulation's value instead of being
-    refused: a library's read, or any read under a scenario that is not strict."""
+    refused: a library's read, or (unless ``libraries_only``) any read under a scenario
+    that is not strict."""
     owners = ACTIVE[-1].code_owners or outside.DEFAULT_OWNERS
-    return not owners.strict_for(_module_of(frame), frame.f_code.co_filename)
+    module, filename = _module_of(frame), frame.f_code.co_filename
+    if libraries_only:
+        return not owners.is_users(module, filename)
+    return not owners.strict_for(module, filename)
 
 
 def _asked_by(frame: types.FrameType) -> types.FrameType | None:
@@ -207,6 +215,14 @@ def _fire(
     raise NondeterminismError(message)
 
 
+def refuse(what: str, instead: str, frame: types.FrameType) -> NoReturn:
+    """Refuse a call made at ``frame`` (on a library's stand-in socket, ``dst.sim.sockets.
+    stdlib``) as a trap refuses one, blaming the first code past the stdlib and trio."""
+    blame = _culprit(frame, True)
+    assert blame is not None  # an entry point always has someone to blame
+    _fire(what, instead, *blame)
+
+
 #: Installs in force (a trap left behind after ``restore()`` passes straight through).
 _DEPTH = 0
 #: The thread that runs the simulation.  Other threads (a logging queue listener,
@@ -233,6 +249,8 @@ class _Trap:
         entry_point: bool = False,
         reads: Predicate | None = None,
         virtual: Callable[..., Any] | None = None,
+        accepts: Predicate | None = None,
+        libraries_only: bool = False,
     ) -> None:
         self.what = what
         self.original = original
@@ -242,6 +260,10 @@ class _Trap:
         self.reads = reads
         #: What a library's call gets instead (``dst.sim.outside``); None: refused too.
         self.virtual = virtual
+        #: Which calls ``virtual`` answers (default: all); the others are refused.
+        self.accepts = accepts
+        #: ``virtual`` answers libraries only, even under a scenario that is not strict.
+        self.libraries_only = libraries_only
         #: What the explorer's state keys call the trap (``dst.explore.memory``): a
         #: library's ``def f(clock=time.time)`` holds one while the guard is installed.
         self._name = what
@@ -258,7 +280,8 @@ class _Trap:
             blame = _culprit(sys._getframe(1), self.entry_point)
             if blame is not None:
                 virtual = self.virtual
-                if virtual is not None and _virtualised(blame[0]):
+                if virtual is not None and _virtualised(blame[0], self.libraries_only) \
+                        and (self.accepts is None or self.accepts(args, kwargs)):
                     return virtual(*args, **kwargs)
                 _fire(self.what, self.instead, *blame)
         return self.original(*args, **kwargs)
@@ -546,7 +569,11 @@ def _targets() -> list[Target]:
     trap(threading.Thread, "start", "threading.Thread.start()", _THREADS)
     trap(subprocess.Popen, "__init__", "subprocess.Popen()", _PROCESSES)
     trap(os, "system", "os.system()", _PROCESSES)
-    trap(socket.socket, "__init__", "socket.socket()", _NET)
+    # An installed library's IPv4 TCP socket in a process (hypercorn's ``serve()`` makes
+    # its listeners so) is a stand-in on the simulated network: ``dst.sim.sockets.stdlib``.
+    trap(socket.socket, "__init__", "socket.socket()", _NET + ", or a library's IPv4 TCP "
+         "listener (hypercorn's serve() bound to 0.0.0.0:PORT)", virtual=stdlib.stand_in,
+         accepts=stdlib.wanted, libraries_only=True)
     for name in ("getaddrinfo", "gethostbyname", "gethostbyname_ex", "gethostbyaddr"):
         trap(socket, name, f"socket.{name}()", _NET)
     # The numeric-only lookups trio makes itself, before it asks its resolver, are
@@ -592,8 +619,12 @@ def _targets() -> list[Target]:
     for name in ("socket", "getaddrinfo", "getnameinfo"):
         trap(trio.socket, name, f"trio.socket.{name}()", _NET, entry_point=True,
              reads=_real_socket)
-    for name in ("socketpair", "fromfd", "from_stdlib_socket"):
+    for name in ("socketpair", "fromfd"):
         entry(trio.socket, name, f"trio.socket.{name}()", _NET)
+    # ... and one of a library's stand-ins is the simulated socket it stands for.
+    trap(trio.socket, "from_stdlib_socket", "trio.socket.from_stdlib_socket()", _NET,
+         entry_point=True, reads=_real_stdlib_socket)
+    out[-1][2].original = stdlib.adopting(out[-1][2].original)
     for name in ("open_tcp_stream", "open_tcp_listeners", "serve_tcp"):
         trap(trio, name, f"trio.{name}()", _NET, entry_point=True, reads=_unsimulated)
     for name in ("open_unix_socket", "open_ssl_over_tcp_stream", "open_ssl_over_tcp_listeners",
@@ -638,6 +669,12 @@ def _real_socket(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """``trio.socket.socket()`` is real without the simulated network, or from a descriptor."""
     fileno = args[3] if len(args) > 3 else kwargs.get("fileno")
     return fileno is not None or _unsimulated(args, kwargs)
+
+
+def _real_stdlib_socket(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``trio.socket.from_stdlib_socket()`` of anything but a library's stand-in is real."""
+    sock = args[0] if args else kwargs.get("sock")
+    return stdlib.simulated(sock) is None
 
 
 _MISSING = object()

@@ -229,6 +229,11 @@ class SimSocket(trio.socket.SocketType):
     async def bind(self, address: Any) -> None:
         host, port = _host_port(address)
         await ll.checkpoint()
+        self.bind_now((host, port))
+
+    def bind_now(self, address: Any) -> None:
+        """``bind`` at once, as the standard library's socket does (``dst.sim.sockets.stdlib``)."""
+        host, port = _host_port(address)
         self._check_open()
         if self._local is not None:
             raise os_error(errno.EINVAL)
