@@ -144,7 +144,7 @@ async def shop(env: Env, world: dict[str, Any], idempotent: bool, shutdown: bool
 def setup(sim: Sim, config: dict[str, Any]) -> Any:
     world: dict[str, Any] = {"paid": False, "health": None, "store": sim.store("payments")}
     sim.process("shop-api", lambda env: shop_api(env, config["shutdown"]),
-                stores=["payments"], crashable=False, idle=True)
+                stores=["payments"], crashable=False)
     sim.process("shop", lambda env: shop(env, world, config["idempotent"], config["shutdown"]),
                 crashable=False)
     return world

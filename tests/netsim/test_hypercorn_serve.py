@@ -118,7 +118,7 @@ def _serving(bind: str) -> Any:
             config.errorlog = None
             await serve(shop_api.make_app(env, trio.Event()), config)  # type: ignore[arg-type]
 
-        sim.process("shop-api", api, idle=True)
+        sim.process("shop-api", api)
 
     return inline(setup)
 
