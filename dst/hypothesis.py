@@ -64,7 +64,7 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 from hypothesis.errors import InvalidArgument
 
-from .registry import caller_file, is_shipped, load, near, shown_path
+from .registry import at_callers_line, caller_file, is_shipped, load, near, shown_path
 from .runner.single import RunResult, run_one
 from .scenario import Scenario
 from .trace.codec import write_trace
@@ -197,6 +197,7 @@ def _drawn_run(result: RunResult, ref: str | None, trace: Trace | None,
                     trace_steps, _text(told), _text(replay), shown)
 
 
+@at_callers_line
 def runs(scenario: Scenario | str, config: Mapping[str, Any] | None = None, *,
          out: str | os.PathLike[str] | None = None, **switches: Any) -> Any:
     """A Hypothesis strategy of whole runs of ``scenario`` (a Scenario, a name or a file).
@@ -215,7 +216,7 @@ def runs(scenario: Scenario | str, config: Mapping[str, Any] | None = None, *,
     if ref is not None and ref.endswith(".py"):
         ref = shown_path(ref)  # the --scenario of a replay line: short when it can be
     asked = {**dict(config or {}), **switches}
-    cfg = scen.checked_config(asked)
+    cfg = scen.checked_config(asked, from_trace=False)
     where = Path(out) if out is not None else DEFAULT_OUT
     replay_ref = None if is_shipped(scen.name) and (ref is None or ref == scen.name) else ref
 

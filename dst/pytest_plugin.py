@@ -160,6 +160,7 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     marker = item.get_closest_marker("dst")
     if marker is None:
         return
+    from dst.errors import DstError
     from dst.testing import check_seeds
 
     kwargs = dict(marker.kwargs)
@@ -169,15 +170,17 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         pytest.fail(f"{item.nodeid}: @pytest.mark.dst takes a scenario, then keywords "
                     "(seeds=..., config=..., switch=value): @pytest.mark.dst('counter', "
                     "seeds=200)", pytrace=False)
-    if isinstance(scenario, str):  # a file beside the test's own file, else in the cwd
-        from dst.registry import near
-
-        scenario = near(scenario, item.path)
     try:
+        if isinstance(scenario, str):  # a file beside the test's own file, else in the cwd
+            from dst.registry import near
+
+            scenario = near(scenario, item.path)
         check_seeds(scenario, **kwargs)
         failure = None
     except AssertionError as exc:
         failure = str(exc)
+    except DstError as err:  # a usage error: one line, not dst's frames
+        failure = f"@pytest.mark.dst: {' '.join(str(err).split())}"
     if failure is not None:  # outside the except: the message alone, not a chain of two
         pytest.fail(failure, pytrace=False)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -11,8 +12,10 @@ import pkgutil
 import sys
 import sysconfig
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, ModuleType
+from typing import ParamSpec, TypeVar
 
 import trio
 
@@ -20,6 +23,9 @@ from .errors import DstError, ScenarioError, UsageError
 from .scenario import Scenario
 
 _PACKAGE = "scenarios"
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def shipped() -> dict[str, str]:
@@ -98,6 +104,21 @@ def describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def at_callers_line(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` (an API a test calls: ``check_seeds``, ``runs``) raising its usage errors and
+    failed seeds from the caller's line: without dst's frames, so that pytest shows the
+    test's line and the one-line message, not dst's internals."""
+    @functools.wraps(fn)
+    def told(*args: P.args, **kwargs: P.kwargs) -> R:
+        __tracebackhide__ = True  # read by pytest
+        try:
+            return fn(*args, **kwargs)
+        except (DstError, AssertionError) as err:
+            raise err.with_traceback(None) from None
+
+    return told
+
+
 def _import_failed(shown: str, exc: BaseException) -> ScenarioError:
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f"{shown_path(exc.filename)}:{exc.lineno}"
@@ -138,7 +159,7 @@ def _file_module(ref: str) -> ModuleType:
     try:
         source = path.read_bytes()
     except FileNotFoundError:
-        raise UsageError(f"no scenario file {ref}") from None
+        raise _missing_file(ref, [Path.cwd()]) from None
     except OSError as exc:
         raise UsageError(f"cannot read scenario file {ref} ({exc.strerror})") from None
     key = (str(path.resolve()), hashlib.sha256(source).hexdigest())
@@ -227,7 +248,26 @@ def near(ref: str, anchor: str | os.PathLike[str] | None) -> str:
     if anchor is None or not ref.endswith(".py") or os.path.isabs(ref):
         return ref
     beside = Path(os.path.abspath(anchor)).parent / ref
-    return os.path.normpath(beside) if beside.is_file() else ref
+    if beside.is_file():
+        return os.path.normpath(beside)
+    if not os.path.isfile(ref):
+        raise _missing_file(ref, [Path(os.path.abspath(anchor)).parent, Path.cwd()],
+                            beside_of=anchor)
+    return ref
+
+
+def _missing_file(ref: str, dirs: list[Path],
+                  beside_of: str | os.PathLike[str] | None = None) -> UsageError:
+    """No scenario file ``ref`` (relative to each of ``dirs``): where it was looked for,
+    and a near name of a ``.py`` file there."""
+    where = f"in the working directory {os.getcwd()}"
+    if beside_of is not None:
+        where = f"beside {shown_path(os.fspath(beside_of))} or {where}"
+    names = sorted({os.path.normpath(Path(ref).parent / found.name) for base in dirs
+                    for found in (base / ref).parent.glob("*.py")})
+    close = difflib.get_close_matches(os.path.normpath(ref), names, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return UsageError(f"no scenario file {ref} {where}{hint}")
 
 
 def load(ref: str) -> Scenario:

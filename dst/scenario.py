@@ -290,18 +290,23 @@ class Scenario:
         for key, text in (overrides or {}).items():
             switch = self.switches.get(key)
             if switch is None:
-                known = sorted(self.switches)
-                close = difflib.get_close_matches(key, known, n=1)
-                hint = f"did you mean {close[0]}? " if close else ""
-                raise UsageError(
-                    f"{self.name} has no switch {key!r}; {hint}"
-                    f"switches: {', '.join(known) or 'none'}"
-                )
+                raise self._no_switch(key)
             config[key] = switch.parse(self.name, text)
         return config
 
-    def checked_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate an already typed config (from a trace header); missing switches default.
+    def _no_switch(self, key: str) -> UsageError:
+        """The error for a switch this scenario lacks: its switches, and a near name."""
+        known = sorted(self.switches)
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        return UsageError(f"{self.name} has no switch {key!r}; {hint}"
+                          f"switches: {', '.join(known) or 'none'}")
+
+    def checked_config(self, config: Mapping[str, Any], *,
+                       from_trace: bool = True) -> dict[str, Any]:
+        """Validate an already typed config (from a trace header, or with ``from_trace``
+        false from code: ``check_seeds``, the pytest marker, ``runs()``); missing
+        switches default.
 
         Each value is checked against its switch's type exactly (see
         :meth:`Switch.accepts`), so that a replay runs the scenario with the
@@ -312,14 +317,17 @@ class Scenario:
         for key, value in config.items():
             switch = self.switches.get(key)
             if switch is None:
-                raise UsageError(f"{self.name} has no switch {key!r} (the trace names it)")
+                if from_trace:
+                    raise UsageError(f"{self.name} has no switch {key!r} (the trace names it)")
+                raise self._no_switch(key)
             if not switch.accepts(value):
                 allowed = switch.allowed
                 what = switch.kind if allowed is None or isinstance(switch.default, bool) \
                     else f"{switch.kind}, one of {switch.describe_allowed()}"
+                why = ("the trace names it: replay a trace dst wrote for this scenario"
+                       if from_trace else "give it a value of that type")
                 raise UsageError(
-                    f"switch {key} of {self.name} takes {what}, not {_found(value)}; "
-                    "the trace names it: replay a trace dst wrote for this scenario"
+                    f"switch {key} of {self.name} takes {what}, not {_found(value)}; {why}"
                 )
             full[key] = value
         return full

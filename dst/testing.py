@@ -48,7 +48,7 @@ from typing import Any
 
 from .errors import DivergenceError, DstError, UsageError
 from .project import recorded_file
-from .registry import caller_file, is_shipped, load, near, shown_path
+from .registry import at_callers_line, caller_file, is_shipped, load, near, shown_path
 from .runner.single import RunResult, replay_trace, run_seeds
 from .scenario import Scenario
 from .trace.codec import read_trace, write_trace
@@ -117,6 +117,7 @@ class SeedFailed(AssertionError):
         self.path = path
 
 
+@at_callers_line
 def check_seeds(
     scenario: Scenario | str,
     seeds: int | Iterable[int] = range(500),
@@ -148,7 +149,7 @@ def check_seeds(
         scenario = near(scenario, caller_file())
     scen, ref = _resolve(scenario)
     ref = scenario_ref or ref
-    cfg = scen.checked_config({**dict(config or {}), **switches})
+    cfg = scen.checked_config({**dict(config or {}), **switches}, from_trace=False)
     todo = range(seeds) if isinstance(seeds, int) else seeds
     where = Path(out if out is not None else DEFAULT_OUT)
     runs, bounded = 0, []

@@ -341,3 +341,15 @@ def test_a_coverage_tool_s_tracer_still_traces_a_drawn_run(tmp_path: Path) -> No
     finally:
         sys.settrace(previous)
     assert seen and all(t is user_tracer for t in seen)
+
+
+def test_a_misspelt_switch_is_told_with_the_switches_and_no_trace() -> None:
+    from dst.errors import UsageError
+
+    with pytest.raises(UsageError) as misspelt:
+        runs("counter", workrs=2)
+    assert str(misspelt.value) == ("counter has no switch 'workrs'; did you mean workers? "
+                                   "switches: cas, increments, workers")
+    # What pytest shows of it: the test's line, no frame of dst's (each is hidden).
+    frames = [entry for entry in misspelt.traceback if not entry.ishidden(misspelt)]
+    assert [Path(entry.path).name for entry in frames] == [Path(__file__).name], frames

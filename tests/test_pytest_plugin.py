@@ -139,6 +139,53 @@ def test_check_seeds_types_its_switches_as_a_trace_header_does() -> None:
         check_seeds("counter", seeds=1, cass=False)
 
 
+def test_check_seeds_switch_errors_name_the_switches_and_no_trace() -> None:
+    with pytest.raises(UsageError) as unknown:
+        check_seeds("counter", seeds=1, cass=False)
+    assert str(unknown.value) == ("counter has no switch 'cass'; did you mean cas? switches: "
+                                  "cas, increments, workers")
+    with pytest.raises(UsageError) as typed:
+        check_seeds("counter", seeds=1, cas="false")
+    assert str(typed.value) == ("switch cas of counter takes true or false, not 'false' "
+                                "(a string); give it a value of that type")
+
+
+USAGE_ERRORS = '''
+import pytest
+from dst.testing import check_seeds
+
+
+def test_check_seeds_of_a_missing_file():
+    check_seeds("bnak.py", seeds=3)
+
+
+@pytest.mark.dst("bnak.py", seeds=3)
+def test_marker_of_a_missing_file():
+    pass
+
+
+@pytest.mark.dst("counter", seeds=3, workrs=2)
+def test_marker_of_a_misspelt_switch():
+    pass
+'''
+
+
+def test_usage_errors_in_a_test_are_one_line_without_dsts_frames(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "bank.py").write_text(BANK.format(locked=False), encoding="utf-8")
+    (tests / "test_usage.py").write_text(USAGE_ERRORS, encoding="utf-8")
+    ran = _pytest(tmp_path)
+    assert "3 failed" in ran.stdout, ran.stdout
+    where = (f"no scenario file bnak.py beside tests/test_usage.py or in the working "
+             f"directory {tmp_path}; did you mean bank.py?")
+    assert f"E       dst.errors.UsageError: {where}" in ran.stdout
+    assert f"\n@pytest.mark.dst: {where}\n" in ran.stdout
+    assert ("\n@pytest.mark.dst: counter has no switch 'workrs'; did you mean workers? "
+            "switches: cas, increments, workers\n") in ran.stdout
+    assert "dst/" not in ran.stdout.replace("tests/", ""), ran.stdout
+
+
 # -- dst pin -----------------------------------------------------------------------------
 
 

@@ -14,6 +14,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from dst.errors import UsageError
 from dst.registry import near
 from tests.test_pytest_plugin import BANK
 
@@ -90,12 +93,18 @@ def test_scenario_files_are_found_beside_the_test_from_another_directory(
 
 
 def test_a_file_not_beside_the_test_is_still_found_in_the_working_directory(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     anchor = tmp_path / "tests" / "test_x.py"
     anchor.parent.mkdir()
     (anchor.parent / "beside.py").write_text("", encoding="utf-8")
+    (tmp_path / "elsewhere.py").write_text("", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
     assert near("beside.py", anchor) == str(anchor.parent / "beside.py")
     assert near("elsewhere.py", anchor) == "elsewhere.py"  # then the working directory
+    with pytest.raises(UsageError) as nowhere:
+        near("besid.py", anchor)
+    assert str(nowhere.value) == ("no scenario file besid.py beside tests/test_x.py or in the "
+                                  f"working directory {tmp_path}; did you mean beside.py?")
     assert near("counter", anchor) == "counter"  # a shipped name
     assert near("pkg.module", anchor) == "pkg.module"  # a module
     assert near("/abs/x.py", anchor) == "/abs/x.py"
