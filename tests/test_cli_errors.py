@@ -41,6 +41,22 @@ def test_an_unknown_scenario_file_is_refused(tmp_path: Path) -> None:
     assert_one_line_error(invoke("run", str(tmp_path / "nope.py")), "no scenario file")
 
 
+def test_a_scenario_file_not_found_is_refused_with_a_near_name(tmp_path: Path) -> None:
+    (tmp_path / "bank.py").write_text("", encoding="utf-8")
+    assert_one_line_error(invoke("run", str(tmp_path / "bnak.py")),
+                          "in the working directory", f"did you mean {tmp_path / 'bank.py'}?")
+
+
+def test_a_pins_note_given_as_a_trace_is_told_apart(tmp_path: Path) -> None:
+    counter = Path(__file__).parent.parent / "traces" / "counter-lost-update.jsonl"
+    pinned = invoke("pin", str(counter), "--dir", str(tmp_path))
+    assert pinned.exit_code == 0, pinned.output
+    for command in ("shrink", "replay", "show"):
+        assert_one_line_error(invoke(command, str(tmp_path / "counter-0.json")),
+                              "this is a pin's note", f"give the trace: "
+                              f"{tmp_path / 'counter-0.jsonl'}")
+
+
 def test_an_unknown_switch_is_refused_with_a_did_you_mean() -> None:
     assert_one_line_error(invoke("run", "counter", "-c", "cass=false"),
                           "no switch 'cass'", "did you mean cas?")

@@ -183,6 +183,10 @@ def _parse(name: str, raw_lines: Iterator[bytes]) -> Trace:
             raise _fail(name, n, f"arrays or objects nested deeper than {MAX_DEPTH} levels; "
                         "no dst trace nests so deep") from None
         except (json.JSONDecodeError, ValueError):
+            trace_beside = Path(name).with_suffix(".jsonl")
+            if n == 1 and name.endswith(".json") and trace_beside.is_file():
+                raise _fail(name, n, "this is a pin's note (dst pin writes it beside the "
+                            f"trace), not a trace; give the trace: {trace_beside}") from None
             if n == 1:
                 raise _fail(name, n, "not JSON; is this a dst trace?") from None
             raise _fail(name, n, "not valid JSON; the trace was edited or damaged") from None
