@@ -3,9 +3,8 @@
 Nothing here is written for dst: the server is an ordinary
 ``mcp.server.mcpserver.MCPServer`` with one tool, ``place_order``, that writes
 the order to its durable store; its streamable HTTP app is served by hypercorn's
-trio protocol stack on ``trio.serve_tcp`` in process ``orders`` (hypercorn's own
-``serve()`` opens its listeners with the standard library's sockets, beneath the
-trio hooks the simulated network lives under).  The agent, in
+own ``hypercorn.trio.serve`` (bound to port 8000, its ASGI lifespan running the
+SDK's session manager) in process ``orders``.  The agent, in
 process ``agent``, opens a ``ClientSession`` over the SDK's streamable HTTP
 client (httpx2 over anyio's trio backend) by host name over the simulated
 network, and calls the tool.
@@ -28,17 +27,13 @@ that makes warnings errors, filter that one.
 from __future__ import annotations
 
 import logging
-from functools import partial
 from typing import Any
 
 import httpx2
+import hypercorn.trio
 import structlog
 import trio
 from hypercorn.config import Config
-from hypercorn.trio.tcp_server import TCPServer
-from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState
-from hypercorn.utils import wrap_app
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
@@ -129,13 +124,11 @@ async def serve(server: MCPServer, stateless: bool = False, sse: bool = False) -
     app = server.streamable_http_app(host="0.0.0.0", stateless_http=stateless,
                                      json_response=not sse)
     config = Config()
+    config.bind = ["0.0.0.0:8000"]
     config.accesslog = None
     config.errorlog = None
     asgi: Any = app  # Starlette's ASGI types are not hypercorn's, the protocol is the same
-    connection = partial(TCPServer, wrap_app(asgi, config.wsgi_max_body_size, "asgi"), config,
-                         WorkerContext(None), ConnectionState({}))
-    async with server.session_manager.run():
-        await trio.serve_tcp(connection, 8000)
+    await hypercorn.trio.serve(asgi, config)  # its lifespan runs the session manager
 
 
 # -- the agent: calls the tool, retries a call that failed --------------------------------
