@@ -75,6 +75,19 @@ if TYPE_CHECKING:
 _running_loop = events._get_running_loop
 _set_running_loop = events._set_running_loop
 _enter_task = asyncio.tasks._enter_task
+_get_hooks = sys.get_asyncgen_hooks
+_set_hooks = sys.set_asyncgen_hooks
+_sniffio_local = sniffio.thread_local
+#: ``asyncio.current_task(loop)``: before Python 3.12 a Python function over the dict
+#: that asyncio's C ``_enter_task`` keeps, read here directly.
+_CURRENT_TASKS: dict[Any, Any] | None = (
+    asyncio.tasks._current_tasks if sys.version_info < (3, 12) else None)  # type: ignore[attr-defined]
+
+
+def _current_task(loop: Any) -> Any:
+    if _CURRENT_TASKS is not None:
+        return _CURRENT_TASKS.get(loop)
+    return asyncio.current_task(loop)
 _leave_task = asyncio.tasks._leave_task
 
 
@@ -170,6 +183,9 @@ class _Call(SimFuture):
     _sim: Sim | None = None
 
     def cancel(self, msg: Any = None) -> bool:
+        loop = self.get_loop()
+        if isinstance(loop, SimLoop) and loop._deferred is not None:
+            loop._dispatch_deferred()  # as if its bridge had been woken when it was made
         bridge, sim = self._bridge, self._sim
         if bridge is not None and sim is not None and not self.done():
             # The bridge's parked call is taken back now, as a cancelled trio task's is;
@@ -184,6 +200,10 @@ class _Call(SimFuture):
 
 class _CallCancelled(BaseException):
     """Ends a bridge whose asyncio caller was cancelled (thrown where it waits)."""
+
+
+class _Handoff(BaseException):
+    """Takes a call the driver makes itself back from the choice point (``SimLoop._handoff``)."""
 
 
 class _Named:
@@ -210,6 +230,24 @@ def _callable_name(callback: Any) -> str:
     return name.rsplit(".", 1)[-1]
 
 
+#: ``BaseEventLoop.__init__``'s attributes and the names of those that are containers.
+_BASE_STATE: tuple[dict[str, Any], tuple[str, ...]] | None = None
+
+
+def _base_state() -> tuple[dict[str, Any], tuple[str, ...]]:
+    """What ``BaseEventLoop.__init__`` sets (it reads the environment, the clock's
+    resolution, ...), once: a loop per process and seed copies it."""
+    global _BASE_STATE
+    probe = object.__new__(SimLoop)
+    probe._dead = True  # (``set_debug`` asks ``is_running``)
+    asyncio.BaseEventLoop.__init__(probe)
+    state = dict(vars(probe))
+    del state["_dead"]
+    containers = (collections.deque, list, dict, set, weakref.WeakSet)
+    _BASE_STATE = state, tuple(n for n, v in state.items() if isinstance(v, containers))
+    return _BASE_STATE
+
+
 class SimLoop(asyncio.BaseEventLoop):
     """The event loop of one incarnation of an asyncio process (see the module docstring)."""
 
@@ -221,9 +259,14 @@ class SimLoop(asyncio.BaseEventLoop):
     _asyncgens: weakref.WeakSet[Any]
 
     def __init__(self, sim: Sim, inc: Incarnation, nursery: trio.Nursery) -> None:
+        # ``BaseEventLoop.__init__``'s state, copied from one it made (``_base_state``):
+        # the same attributes, each container a new one.
+        state, fresh = _BASE_STATE or _base_state()
+        d = self.__dict__
+        d.update(state)
+        for name in fresh:
+            d[name] = type(state[name])()
         #: True once the loop may never run a callback again (a crash, the run's end).
-        self._dead = True  # (``BaseEventLoop.__init__`` asks ``is_running``)
-        super().__init__()
         self._dead = False
         self._sim = sim
         self._inc = inc
@@ -233,11 +276,15 @@ class SimLoop(asyncio.BaseEventLoop):
         #: Tasks and futures made so far (their numbers), labels given so far.
         self._made = 0
         self._label_counts: dict[str, int] = {}
-        #: The loop's tasks by number, in creation order (held weakly, as asyncio does).
-        self._tasks: weakref.WeakValueDictionary[int, asyncio.Task[Any]] = (
-            weakref.WeakValueDictionary())
-        #: Async generators first iterated here, in that order.
-        self._agens: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        #: The loop's tasks by number, in creation order (held weakly, as asyncio does;
+        #: those gone are dropped now and then, ``_create_task``).
+        self._tasks: dict[int, weakref.ref[asyncio.Task[Any]]] = {}
+        self._prune_at = 64
+        #: Async generators first iterated here, in that order (made on the first).
+        self._agens: weakref.WeakValueDictionary[int, Any] | None = None
+        #: The async generator hooks while its callbacks run (``_enter``).
+        self._hooks: tuple[Any, Any] | None = (self._asyncgen_firstiter_hook,
+                                               self._asyncgen_finalizer_hook)
         #: The ready callback the kernel chose to run next (None: the queue's head).
         self._pick: events.Handle | None = None
         #: Callbacks made ready from outside the loop's own callbacks (a bridge's
@@ -254,6 +301,13 @@ class SimLoop(asyncio.BaseEventLoop):
                                             tuple[Any, ...]]] = {}
         #: True while the driver waits for a timer or a wake-up (``_wait``).
         self._idle = False
+        #: True while the driver runs a batch of callbacks (``_drive``).
+        self._batch = False
+        #: A call held back for the driver to make itself (``env_call``), and the
+        #: future of the call it is making (``_call_inline``).
+        self._deferred: tuple[_Call, Callable[..., Awaitable[Any]], tuple[Any, ...],
+                              str] | None = None
+        self._inline: _Call | None = None
         self._closing = False
         self._killed = False
         self._main: asyncio.Task[Any] | None = None
@@ -324,8 +378,21 @@ class SimLoop(asyncio.BaseEventLoop):
             finally:
                 if creator is not None:
                     labels[self._driver] = creator
-        self._tasks[seq] = task
+        tasks = self._tasks
+        tasks[seq] = weakref.ref(task)
+        if len(tasks) >= self._prune_at:
+            self._tasks = tasks = {n: ref for n, ref in tasks.items() if ref() is not None}
+            self._prune_at = 2 * len(tasks) + 64
         return task
+
+    def _all_tasks(self) -> list[asyncio.Task[Any]]:
+        """The loop's tasks still alive, in creation order."""
+        out = []
+        for ref in list(self._tasks.values()):  # (numbers only grow: creation order)
+            task = ref()
+            if task is not None:
+                out.append(task)
+        return out
 
     def _label(self, base: str) -> str:
         n = self._label_counts.get(base, 0) + 1
@@ -367,6 +434,8 @@ class SimLoop(asyncio.BaseEventLoop):
         timer._scheduled = True
         if self._idle and trio_internals.is_blocked(self._driver):
             self._arm()  # a timer set from outside the loop's callbacks
+        elif self._inline is not None:
+            self._handoff()  # the driver waits for it again once the call is handed over
         return timer
 
     def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
@@ -423,7 +492,7 @@ class SimLoop(asyncio.BaseEventLoop):
             self._sim.uncaught(cast("Any", _Named(label)), exc)
             return
         self._unseen.append((label, exc))
-        if self._idle:
+        if self._idle or self._inline is not None:
             self._wakeup()
 
     def _report_unseen(self) -> None:
@@ -434,6 +503,8 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def _asyncgen_firstiter_hook(self, agen: Any) -> None:
         self._made += 1
+        if self._agens is None:
+            self._agens = weakref.WeakValueDictionary()
         self._agens[self._made] = agen
         self._asyncgens.add(agen)
 
@@ -445,8 +516,15 @@ class SimLoop(asyncio.BaseEventLoop):
     # -- the world, from asyncio -----------------------------------------------
 
     def env_call(self, inc: Incarnation, op: str, fn: Callable[..., Awaitable[Any]],
-                 args: tuple[Any, ...]) -> asyncio.Future[Any]:
-        """Run the trio ``env`` call ``fn(*args)`` in a bridge; the future it resolves."""
+                 args: tuple[Any, ...], parks: bool = False) -> asyncio.Future[Any]:
+        """Run the trio ``env`` call ``fn(*args)`` in a bridge; the future it resolves.
+
+        ``parks``: the call parks at the kernel's choice point before it does
+        anything else (a store call): made from the driver's callbacks while no
+        other trio task of the loop is busy, it is held back (``_deferred``), and
+        when the loop then has nothing else to do the driver makes it itself
+        (``_call_inline``) instead of waking a bridge and waiting for it.
+        """
         sim = self._sim
         if inc.state is not RUNNING or self._dead:
             if sim is not None and not sim._stopping:
@@ -456,25 +534,106 @@ class SimLoop(asyncio.BaseEventLoop):
             from .kernel import RunStopped
 
             raise RunStopped("the run has stopped")
+        if self._deferred is not None:
+            self._dispatch_deferred()
         fut = _Call(loop=self)
         self._made += 1
         fut._dst_seq = self._made
         fut._sim = sim
-        current = asyncio.current_task(self)
+        current = _current_task(self)
         label = getattr(current, "_dst_label", "") or self._name
+        if parks and self._batch and len(self._bridges) == len(self._pool):
+            self._deferred = (fut, fn, args, label)
+        else:
+            self._dispatch(fut, fn, args, label)
+        return fut
+
+    def _dispatch(self, fut: _Call, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
+                  label: str) -> None:
+        """Hand a call to a bridge: one of the pool, or a new one."""
         pool = self._pool
         if pool:
             # A bridge of the pool makes the call: it goes on at once, as a trio task's
             # own call would (the wake-up is this step's, not a new choice point).
             bridge = pool.pop()
             self._requests[bridge] = (fut, fn, args)
-            inc.tasks.add(bridge)
-            sim._task_labels[bridge] = label
+            self._inc.tasks.add(bridge)
+            self._sim._task_labels[bridge] = label
             trio_internals.wake(bridge)
         else:
             bridge = self._spawn(_bridge, (self,), label)
             self._requests[bridge] = (fut, fn, args)
-        return fut
+
+    def _dispatch_deferred(self) -> None:
+        """The call held back goes to a bridge after all (something else happens)."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            self._dispatch(*deferred)
+
+    async def _call_inline(self) -> None:
+        """Make the call held back in the driver itself: it parks at the kernel's
+        choice point, labelled by the asyncio task that made it, exactly as its
+        bridge would have, and its reply continues the loop in the same step.
+
+        Only when nothing else of the loop can happen meanwhile (no callback
+        ready, no timer, no other trio task of the loop busy).  Should anything
+        from outside the loop's callbacks wake it all the same (``_wakeup``,
+        ``call_at``), the call is taken back (it has done nothing but park) and
+        handed to a bridge, and the driver goes on as it would have.
+        """
+        deferred = self._deferred
+        assert deferred is not None
+        self._deferred = None
+        fut, fn, args, label = deferred
+        sim, driver = self._sim, self._driver
+        labels = sim._task_labels
+        sleepers = sim._sleepers
+        if sleepers:
+            sleepers.pop(driver, None)  # what ``_wait``'s ``_arm`` does: no timer is left
+        if fut.done():
+            return
+        self._inline = fut
+        fut._bridge = driver
+        owner = labels.get(driver)
+        labels[driver] = label
+        try:
+            result = await fn(*args)
+        except _Handoff:
+            self._inline = None
+            if not fut.done():
+                self._dispatch(fut, fn, args, label)
+            return
+        except _CallCancelled:
+            return
+        except BaseException as exc:
+            self._inline = None
+            if self._dead or sim._stopping or self._inc.state is not RUNNING:
+                raise  # the process or the run is over: the driver ends with it
+            if isinstance(exc, (KeyboardInterrupt, trio.Cancelled)):
+                raise
+            if not fut.done():
+                fut.set_exception(exc)
+            return
+        finally:
+            self._inline = None
+            fut._bridge = None
+            fut._sim = None
+            if owner is not None:
+                labels[driver] = owner
+        if not fut.done() and not self._dead:
+            fut.set_result(result)
+
+    def _handoff(self) -> None:
+        """The loop is woken from outside while its driver makes a call itself: the
+        call is taken back from the choice point, to go to a bridge (``_call_inline``)."""
+        driver = self._driver
+        if trio_internals.is_blocked(driver):
+            sim = self._sim
+            releasing, sim._releasing = sim._releasing, True  # no new choice point
+            try:
+                trio_internals.interrupt(driver, _Handoff())
+            finally:
+                sim._releasing = releasing
 
     def _drain_pool(self) -> None:
         """End the bridges waiting in the pool (the process is over)."""
@@ -493,6 +652,8 @@ class SimLoop(asyncio.BaseEventLoop):
         """Start a trio task of the process (a bridge, a stream's reader or writer,
         a server's acceptor) in the run's nursery, tied to the incarnation and
         labelled ``label``; it ends quietly with its process or the run."""
+        if self._deferred is not None:
+            self._dispatch_deferred()
         sim, inc = self._sim, self._inc
         sim._starting = True  # tied to the incarnation here, not labelled by trio's hook
         try:
@@ -619,6 +780,7 @@ class SimLoop(asyncio.BaseEventLoop):
                 n = len(urgent) if urgent else (
                     1 if sim._hold_watch is not None else len(ready))
                 self._enter()
+                self._batch = True
                 try:
                     while n and ready:
                         n -= 1
@@ -632,8 +794,20 @@ class SimLoop(asyncio.BaseEventLoop):
                         del handle, owner
                         if inc.state is not RUNNING or sim._stopping:
                             break
+                        if n and ready and self._deferred is not None:
+                            self._dispatch_deferred()  # only the batch's last may be held
                 finally:
+                    self._batch = False
                     self._exit()
+                if self._deferred is not None:
+                    # What the driver would do next is wait (``_wait``): it makes the
+                    # call itself instead, when nothing else of the loop can happen.
+                    if (not ready and not self._scheduled and not self._unseen
+                            and inc.state is RUNNING and not sim._stopping
+                            and not main_task.done() and len(self._bridges) == len(self._pool)):
+                        await self._call_inline()
+                        continue
+                    self._dispatch_deferred()
                 if inc.state is not RUNNING or sim._stopping:
                     await trio.lowlevel.checkpoint()  # raises: the process or the run is over
                 if self._scheduled:
@@ -658,6 +832,8 @@ class SimLoop(asyncio.BaseEventLoop):
         else:
             return self._ready.popleft()
         ready = self._ready
+        if ready[0] is pick:
+            return ready.popleft()
         for i, handle in enumerate(ready):
             if handle is pick:
                 del ready[i]
@@ -742,6 +918,8 @@ class SimLoop(asyncio.BaseEventLoop):
                 if sleepers:
                     sleepers.pop(driver, None)
                 trio_internals.wake(driver)
+        elif self._inline is not None:
+            self._handoff()
         elif sim._held.pop(driver, None) is not None:
             trio_internals.release(driver)
 
@@ -766,10 +944,10 @@ class SimLoop(asyncio.BaseEventLoop):
         answer, the async generator hooks and ``asyncio.eager_task_factory`` are this
         loop's."""
         _set_running_loop(self)
-        self._saved = (sniffio.thread_local.name, sys.get_asyncgen_hooks())
-        sniffio.thread_local.name = "asyncio"
-        sys.set_asyncgen_hooks(firstiter=self._asyncgen_firstiter_hook,
-                               finalizer=self._asyncgen_finalizer_hook)
+        self._saved = (_sniffio_local.name, _get_hooks())
+        _sniffio_local.name = "asyncio"
+        hooks = self._hooks or (self._asyncgen_firstiter_hook, self._asyncgen_finalizer_hook)
+        _set_hooks(hooks[0], hooks[1])
         if _EAGER is not None:
             for home in _EAGER_HOMES:
                 home["eager_task_factory"] = _eager_task_factory
@@ -779,14 +957,15 @@ class SimLoop(asyncio.BaseEventLoop):
         saved = self._saved
         if saved is not None:
             self._saved = None
-            sniffio.thread_local.name = saved[0]
-            sys.set_asyncgen_hooks(*saved[1])
+            _sniffio_local.name = saved[0]
+            hooks = saved[1]
+            _set_hooks(hooks[0], hooks[1])
         if _EAGER is not None:
             for home in _EAGER_HOMES:
                 home["eager_task_factory"] = _EAGER
 
     def _pending(self) -> list[asyncio.Task[Any]]:
-        return [t for _, t in sorted(self._tasks.items()) if not t.done()]
+        return [t for t in self._all_tasks() if not t.done()]
 
     def _shutdown(self) -> bool:
         """The main task is done: as ``asyncio.run`` ends, cancel what is left, then
@@ -802,8 +981,9 @@ class SimLoop(asyncio.BaseEventLoop):
                 finally:
                     self._exit()
             return False
-        agens = [a for _, a in sorted(self._agens.items())]
-        self._agens.clear()
+        agens = [a for _, a in sorted(self._agens.items())] if self._agens else []
+        if agens:
+            self._agens = None
         if agens:
             self._enter()
             try:
@@ -817,7 +997,7 @@ class SimLoop(asyncio.BaseEventLoop):
     def _report_unretrieved(self) -> None:
         """A task that failed and whose exception nobody retrieved, at the process's end."""
         main = self._main
-        for _, task in sorted(self._tasks.items()):
+        for task in self._all_tasks():
             if task is main or not task.done() or task.cancelled():
                 continue
             if task._log_traceback:
@@ -868,6 +1048,8 @@ class SimLoop(asyncio.BaseEventLoop):
         parked = self._sim._parked
         for bridge in self._bridges:
             parked.pop(bridge, None)
+        if self._inline is not None:
+            parked.pop(self._driver, None)  # the call its driver makes for a bridge
         self._drain_pool()
 
     def pick(self, handle: events.Handle) -> None:
@@ -897,6 +1079,7 @@ class SimLoop(asyncio.BaseEventLoop):
         if self._killed:
             return
         self._killed = self._dead = True
+        self._deferred = None
         self._ready.clear()
         self._urgent.clear()
         self._pick = None
@@ -906,7 +1089,7 @@ class SimLoop(asyncio.BaseEventLoop):
         sleepers = self._sim._sleepers
         if sleepers:
             sleepers.pop(self._driver, None)
-        tasks = [t for _, t in sorted(self._tasks.items())]
+        tasks = self._all_tasks()
         labels = self._sim._task_labels
         self._enter()
         try:
@@ -929,7 +1112,7 @@ class SimLoop(asyncio.BaseEventLoop):
                     if entered:
                         _leave_task(self, task)
             labels[self._driver] = self._name
-            for _, agen in sorted(self._agens.items()):
+            for _, agen in sorted(self._agens.items()) if self._agens else ():
                 _close_agen(agen)
         finally:
             self._exit()
@@ -944,12 +1127,17 @@ class SimLoop(asyncio.BaseEventLoop):
         sleepers = sim._sleepers
         if sleepers:
             sleepers.pop(self._driver, None)
-        for _, task in list(self._tasks.items()):
+        for task in self._all_tasks():
             task._log_destroy_pending = False  # type: ignore[attr-defined]
             task._log_traceback = False
         self._ready.clear()
         self._scheduled.clear()
         self._drain_pool()
+        # Nothing reaches the loop from its main task any more: without that cycle
+        # (loop, main task, coroutine; loop, its hooks) the loop, its tasks and its
+        # driver are freed here, not by the collector between seeds.
+        self._main = None
+        self._hooks = None
 
 
 async def run_sync_inline(_backend: object, func: Callable[..., Any], args: tuple[Any, ...],
@@ -1390,7 +1578,7 @@ class AioStoreHandle(SimStoreHandle):
         loop = _running_loop()
         if type(loop) is not SimLoop:
             return fn(self, *args)  # from trio code: the trio call itself
-        return loop.env_call(self._proc, f"{self._name}.{op}", fn, (self, *args))
+        return loop.env_call(self._proc, f"{self._name}.{op}", fn, (self, *args), True)
 
     async def get(self, key: str) -> Json:
         return await self._call(f"get({key})", SimStoreHandle.get, key)  # type: ignore[no-any-return]
