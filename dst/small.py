@@ -45,10 +45,12 @@ explanation is printed beside the story, not recorded.
 from __future__ import annotations
 
 import ast
+import ctypes
 import inspect
 import linecache
 import os
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, overload
 
@@ -69,6 +71,10 @@ PROCESS = "test"
 STORE = "main"
 #: The violation a failing ``assert`` is.
 ASSERT = "assert"
+#: Wall-clock seconds a seed may take when pytest runs a test (``dst run``'s default
+#: ``--seed-timeout``, ``dst.runner.workers.SEED_TIMEOUT``, kept equal by a test):
+#: a seed that takes longer is stuck in a loop without ``await`` or a blocking call.
+SEED_TIMEOUT = 60.0
 #: The violation a body still running at the test's step bound is: a test whose
 #: body never finished has not passed (its last asserts never ran).
 UNFINISHED = "Unfinished"
@@ -88,23 +94,28 @@ def test(fn: TestBody, /) -> Callable[[], None]: ...
 @overload
 def test(
     *, seeds: int | Iterable[int] = DEFAULT_SEEDS, faults: FaultPlan | None = None,
-    max_steps: int = DEFAULT_MAX_STEPS,
+    max_steps: int = DEFAULT_MAX_STEPS, seed_timeout: float = SEED_TIMEOUT,
 ) -> Callable[[TestBody], Callable[[], None]]: ...
 
 
 def test(
     fn: TestBody | None = None, /, *, seeds: int | Iterable[int] = DEFAULT_SEEDS,
     faults: FaultPlan | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+    seed_timeout: float = SEED_TIMEOUT,
 ) -> Callable[[], None] | Callable[[TestBody], Callable[[], None]]:
     """Decorator: run an ``async def test_...`` body over ``seeds`` simulated runs.
 
     ``seeds``: a count (``2000`` is seeds 0..1999) or the seeds themselves.
     ``faults``: the :class:`~dst.FaultPlan` every run is under (default: no
-    faults, two preemptions at trio checkpoints).  ``max_steps``: decisions after
-    which a run is cut.  The body may ask for ``env`` and ``faults`` by parameter
-    name.  Without parentheses (``@dst.test``) it runs ``DEFAULT_SEEDS`` seeds.
+    faults, two preemptions at trio checkpoints).  ``max_steps``: decisions within
+    which the body must finish (else the violation ``Unfinished``).
+    ``seed_timeout``: wall-clock seconds a seed may take when the test runs (as
+    ``dst run --seed-timeout``): past it, the seed is stopped and the test fails
+    (a loop without ``await`` never lets the scheduler decide).  The body may ask
+    for ``env`` and ``faults`` by parameter name.  Without parentheses
+    (``@dst.test``) it runs ``DEFAULT_SEEDS`` seeds.
     """
-    settings = _Settings(seeds, faults, max_steps)
+    settings = _Settings(seeds, faults, max_steps, seed_timeout)
     if fn is not None:
         return settings.wrap(fn)
     return settings.wrap
@@ -117,7 +128,7 @@ class _Settings:
     """The decorator's keywords, checked once, when the test module is imported."""
 
     def __init__(self, seeds: int | Iterable[int], faults: FaultPlan | None,
-                 max_steps: int) -> None:
+                 max_steps: int, seed_timeout: float) -> None:
         if isinstance(seeds, (bool, str, bytes)) or not isinstance(seeds, (int, Iterable)) or (
                 isinstance(seeds, int) and seeds < 1):
             raise UsageError(f"@dst.test(seeds=...) is a count of 1 or more or the seeds "
@@ -136,9 +147,14 @@ class _Settings:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise UsageError(f"@dst.test(max_steps=...) is a step count of 1 or more, "
                              f"not {max_steps!r}")
+        if isinstance(seed_timeout, bool) or not isinstance(seed_timeout, (int, float)) or \
+                not 0 < seed_timeout < float("inf"):
+            raise UsageError(f"@dst.test(seed_timeout=...) is a number of seconds above 0, "
+                             f"not {seed_timeout!r}")
         self.seeds = seeds
         self.faults = faults if faults is not None else NO_FAULTS
         self.max_steps = max_steps
+        self.seed_timeout = float(seed_timeout)
 
     def wrap(self, fn: TestBody) -> Callable[[], None]:
         name = getattr(fn, "__name__", None)
@@ -154,7 +170,7 @@ class _Settings:
         scenario.invariant(ASSERT)(_Outcome.check)
         scenario.invariant(UNFINISHED)(_Outcome.finished)
         scenario.at_end(ASSERT)(_Outcome.check)
-        seeds = self.seeds
+        seeds, timeout = self.seeds, self.seed_timeout
         filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
         # Failing traces are named after the module too: two test files may each
         # hold a test_x, and one run of pytest must not write both to test_x-SEED.
@@ -168,11 +184,22 @@ class _Settings:
             setup.explained.clear()
             setup.skipped = None
             try:
-                check_seeds(scenario, seeds, scenario_ref=ref, verbose=True,
-                            trace_name=f"{module}.{name}")
-                failure = None
-            except SeedFailed as exc:
-                failure = str(exc) + _explanation(setup.explained.get(exc.seed))
+                with _Watchdog(setup, timeout):
+                    try:
+                        check_seeds(scenario, seeds, scenario_ref=ref, verbose=True,
+                                    trace_name=f"{module}.{name}")
+                        failure = None
+                    except SeedFailed as exc:
+                        failure = str(exc) + _explanation(setup.explained.get(exc.seed))
+            except BaseException as exc:  # the watchdog's stop, maybe in trio's groups
+                stopped = exc.split(_SeedTimedOut)[0] if isinstance(
+                    exc, BaseExceptionGroup) else exc
+                if not isinstance(stopped, (_SeedTimedOut, BaseExceptionGroup)):
+                    raise
+                failure = (f"{name}: seed {setup.seed} ran for more than {timeout:g}s of "
+                           "wall-clock time without finishing, so it was stopped: a loop "
+                           "without await, or a call that blocks, in the body? (raise "
+                           "@dst.test(seed_timeout=...) if it is only slow)")
             if failure is not None:  # outside the except: the message alone, not a chain
                 _fail(failure)
             if setup.skipped is not None:  # pytest.skip() in the body: the test is skipped
@@ -237,6 +264,67 @@ def _fail(message: str) -> None:
     raise AssertionError(message)
 
 
+class _SeedTimedOut(KeyboardInterrupt):
+    """Raised in the test's thread by :class:`_Watchdog`: a seed ran past its timeout.
+
+    A ``KeyboardInterrupt``, so that it leaves the run as Ctrl-C does: a process's
+    other exceptions are findings the run carries on after.
+    """
+
+
+#: Wakes of the watchdog per timeout: how late past it a stuck seed may be stopped.
+_TICKS = 4
+
+
+class _Watchdog:
+    """A thread that stops a seed running longer than ``timeout`` wall-clock seconds.
+
+    A loop without ``await`` never hands the scheduler a decision, so nothing in the
+    simulation can stop it (and nothing there reads the wall clock).  ``dst run``
+    stops such a seed's worker process; a test runs its seeds in pytest's own
+    process, so this thread raises :class:`_SeedTimedOut` in the test's thread
+    instead (``PyThreadState_SetAsyncExc``: delivered between two bytecodes of the
+    loop).  The run it interrupts is abandoned: the test fails naming the seed.
+    A seed is seen to start by its setup (``_Setup.started``), so the thread wakes
+    four times a ``timeout`` and costs the seeds nothing: a seed is stopped between
+    one and one and a quarter ``timeout`` after it started, and again a ``timeout``
+    later if the first stop was caught on its way (by code under test, say).
+    """
+
+    def __init__(self, setup: _Setup, timeout: float) -> None:
+        self.setup = setup
+        self.timeout = timeout
+        self.target = threading.get_ident()
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="dst-seed-timeout",
+                                       daemon=True)
+
+    def __enter__(self) -> _Watchdog:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:  # no stop is raised once the seeds are done
+            self.done.set()
+        self.thread.join()
+
+    def _watch(self) -> None:
+        seen, ticks = self.setup.started, 0
+        while not self.done.wait(self.timeout / _TICKS):
+            with self.lock:
+                if self.done.is_set():
+                    return
+                if self.setup.started != seen:
+                    seen, ticks = self.setup.started, 0
+                    continue
+                ticks += 1
+                if ticks == _TICKS:  # the same seed for a whole timeout at least
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(self.target), ctypes.py_object(_SeedTimedOut))
+                    ticks = 0
+
+
 # -- one run -----------------------------------------------------------------------------
 
 
@@ -285,12 +373,17 @@ class _Setup:
         self.explained: dict[int, str] = {}
         #: ``pytest.skip()`` called by the body: the test is skipped, not failed.
         self.skipped: BaseException | None = None
+        #: Seeds started so far, and the last one (read by :class:`_Watchdog`).
+        self.started = 0
+        self.seed = 0
         self.__module__ = fn.__module__
         self.__code__ = fn.__code__
 
     def __call__(self, sim: Sim, config: dict[str, Any]) -> _Outcome:
         outcome = _Outcome(sim, self.bound)
         plan, seed = sim.faults, sim.seed
+        self.started += 1
+        self.seed = seed
         fn, asked, explained = self.fn, self.asked, self.explained
 
         async def main(env: Any) -> None:
@@ -301,6 +394,8 @@ class _Setup:
                 leaf: BaseException = exc
                 while isinstance(leaf, BaseExceptionGroup):
                     leaf = leaf.exceptions[0]
+                if isinstance(leaf, _SeedTimedOut):
+                    raise leaf from None  # the run is abandoned: out of the kernel at once
                 if _is_skip(leaf):
                     if self.skipped is None:
                         self.skipped = leaf

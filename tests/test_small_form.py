@@ -276,6 +276,7 @@ def test_bad_settings_are_refused_in_one_line_and_the_decorator_is_no_test() -> 
         ({"seeds": range(0)}, "@dst.test(seeds=range(0, 0)) gives no seed to run"),
         ({"faults": {"max_crashes": 1}}, "@dst.test(faults=...) is a dst.FaultPlan(...)"),
         ({"max_steps": 0}, "@dst.test(max_steps=...) is a step count of 1 or more"),
+        ({"seed_timeout": 0}, "@dst.test(seed_timeout=...) is a number of seconds above 0"),
     ]
     for settings, says in cases:
         text = _one_line_usage_error(lambda s=settings: dst.test(**s))
@@ -359,6 +360,32 @@ def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
                           cwd=cwd, capture_output=True, text=True, env=env, timeout=300,
                           check=False)
+
+
+@dst.test(seeds=3, seed_timeout=0.5)
+async def spins_without_await() -> None:
+    async def spin() -> None:
+        while True:
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(spin)
+
+
+def test_a_seed_stuck_in_a_loop_without_await_is_stopped_and_the_test_fails(here: Path) -> None:
+    message = _failure(spins_without_await)
+    assert message == ("spins_without_await: seed 0 ran for more than 0.5s of wall-clock time "
+                       "without finishing, so it was stopped: a loop without await, or a call "
+                       "that blocks, in the body? (raise @dst.test(seed_timeout=...) if it is "
+                       "only slow)")
+    race_locked()  # the process goes on testing
+
+
+def test_a_test_s_seed_timeout_is_dst_run_s() -> None:
+    from dst.runner.workers import SEED_TIMEOUT
+    from dst.small import SEED_TIMEOUT as SMALL_SEED_TIMEOUT
+
+    assert SMALL_SEED_TIMEOUT == SEED_TIMEOUT
 
 
 def test_dst_list_of_a_file_of_dst_tests_lists_each_as_file_and_name() -> None:
