@@ -381,6 +381,16 @@ def test_a_seed_stuck_in_a_loop_without_await_is_stopped_and_the_test_fails(here
     race_locked()  # the process goes on testing
 
 
+def test_a_mark_under_the_decorator_is_the_test_s_mark() -> None:
+    @dst.test(seeds=3)
+    @pytest.mark.xfail(reason="a known race", strict=True)
+    async def marked() -> None:
+        assert await bump_twice(None) == 2
+
+    assert [(m.name, m.kwargs) for m in marked.pytestmark] == [  # type: ignore[attr-defined]
+        ("xfail", {"reason": "a known race", "strict": True})]
+
+
 def test_a_test_s_seed_timeout_is_dst_run_s() -> None:
     from dst.runner.workers import SEED_TIMEOUT
     from dst.small import SEED_TIMEOUT as SMALL_SEED_TIMEOUT
