@@ -69,6 +69,7 @@ from .runner.single import RunResult, run_one
 from .scenario import Scenario
 from .trace.codec import write_trace
 from .trace.model import Trace, scenario_file
+from .trace.render import counted
 
 __all__ = ["DrawnRun", "runs"]
 
@@ -176,10 +177,10 @@ def _drawn_run(result: RunResult, ref: str | None, trace: Trace | None,
     """A DrawnRun of ``result``, reporting ``trace`` (written at ``path``) if there is one."""
     name, steps = result.scenario, result.steps
     if result.violated:
-        told = f"{', '.join(result.violated)} violated after {steps} steps"
+        told = f"{', '.join(result.violated)} violated after {counted(steps, 'step')}"
         shown = f"<run of {name}: {told}>"
     else:
-        told = f"{name}: no violation in {steps} steps"
+        told = f"{name}: no violation in {counted(steps, 'step')}"
         shown = f"<run of {told}>"
     replay = ""
     trace_steps: int | None = None
@@ -189,7 +190,8 @@ def _drawn_run(result: RunResult, ref: str | None, trace: Trace | None,
             replay += f" --scenario {shlex.quote(ref)}"
         trace_steps = len(trace.decisions)
         shrunk = f" (shrunk from {steps})" if trace_steps < steps else ""
-        told = (f"{', '.join(trace.violated)} violated after {trace_steps} steps{shrunk}: "
+        told = (f"{', '.join(trace.violated)} violated after {counted(trace_steps, 'step')}"
+                f"{shrunk}: "
                 f"{_violation(trace.records)}; replay: {replay}")
     elif result.violated:
         told += f": {_violation(result.sim.records)}"
@@ -243,7 +245,7 @@ def runs(scenario: Scenario | str, config: Mapping[str, Any] | None = None, *,
         run = _drawn_run(result, replay_ref, trace, path)
         steps = len(trace.decisions)
         by = f", shrunk by dst from {result.steps}" if steps < result.steps else ""
-        note(f"trace of this failure ({steps} steps{by}): {path}; "
+        note(f"trace of this failure ({counted(steps, 'step')}{by}): {path}; "
              f"replay: {run.replay_command()}")
         return run
 
@@ -273,6 +275,10 @@ def _shortest(scenario: Scenario, trace: Trace) -> Trace:
     except Exception:  # a run that does not replay, or a check that raises on a candidate
         return trace
     if shrunk.improved and set(shrunk.trace.violated) >= set(trace.violated):
+        # Its choices still come from a Hypothesis draw, which had no seed to be shrunk
+        # from: titled so, never as a seed (the header's seed is what the run draws from).
+        shrunk.trace.header.pop("shrunk_from", None)
+        shrunk.trace.header["strategy"] = trace.header["strategy"]
         return shrunk.trace
     return trace
 

@@ -54,7 +54,7 @@ from .scenario import Scenario
 from .trace.codec import read_trace, write_trace
 from .trace.escape import visible
 from .trace.model import Trace, current_hash_seed, scenario_file
-from .trace.render import format_time, replay_line, story
+from .trace.render import counted, format_time, replay_line, story
 
 __all__ = [
     "DEFAULT_OUT",
@@ -104,7 +104,7 @@ class SeedsChecked:
         cut = (f"; {len(self.bounded)} cut at the step bound before the end-of-run checks "
                f"(seeds {', '.join(map(str, self.bounded[:5]))}"
                f"{', ...' if len(self.bounded) > 5 else ''})" if self.bounded else "")
-        return (f"{self.scenario} [{_config_text(self.config)}]: {self.runs} runs, "
+        return (f"{self.scenario} [{_config_text(self.config)}]: {counted(self.runs, 'run')}, "
                 f"no violation{cut}")
 
 
@@ -194,7 +194,7 @@ def _failure(trace: Trace, path: Path, ref: str | None, runs: int,
     out = [visible(f"{h['scenario']}{config}: {vio['invariant']} "
                    f"violated (seed {h['seed']}, the {_ordinal(runs)} seed run; step "
                    f"{vio['step']}, virtual {format_time(vio['t'])}): {vio['message']}"),
-           f"  story ({len(lines)} lines, {trace.footer.get('steps')} steps"
+           f"  story ({counted(len(lines), 'line')}, {counted(trace.footer.get('steps'), 'step')}"
            + (f"; the last {len(shown)} shown" if len(shown) < len(lines) else "") + "):"]
     first = len(lines) - len(shown) + 1
     out += [f"    {n:>3}  {t}  {actor:<{width}}  {text}"
@@ -358,7 +358,7 @@ def _after_fix(pin: Pin, trace: Trace, scenario: Scenario, out: Path) -> tuple[b
                f"{follow.defaulted} steps took the default")
     if result.violated or result.ended == "bound":
         what = (f"{', '.join(result.violated)} violated" if result.violated
-                else f"cut at the step bound ({result.steps} steps)")
+                else f"cut at the step bound ({counted(result.steps, 'step')})")
         path = write_trace(result.trace(), out / f"{pin.name}-after-fix.jsonl")
         return False, visible(f"{pin.path}: still fails after the fix: {what} ({applied}); "
                               f"see it with: dst show {path}")

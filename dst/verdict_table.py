@@ -30,6 +30,7 @@ from typing import Any
 from .errors import UsageError
 from .runner.single import RunResult, run_seeds
 from .scenario import Scenario
+from .trace.render import counted
 
 #: The three conditions of the approval rule, in the order the table lists them.
 AXES = ("spend_mode", "fresh_view", "serialize")
@@ -276,8 +277,8 @@ def render_vary(rows: Sequence[VaryRow], axes: Sequence[str], names: Sequence[st
         if c.verdict != "fail":
             return c.verdict
         if c.first_seed is not None:
-            return f"FAIL {c.failures}/{c.runs} ({c.steps} steps)"
-        return f"FAIL ({c.steps} steps)"
+            return f"FAIL {c.failures}/{c.runs} ({counted(c.steps, 'step')})"
+        return f"FAIL ({counted(c.steps, 'step')})"
 
     widths = [max(len(a), *(len(_show(r.values[a])) for r in rows)) for a in axes]
     cell_w = {n: max(len(n), *(len(text(r.cells[n])) for r in rows)) for n in names}
@@ -294,7 +295,7 @@ def render_vary(rows: Sequence[VaryRow], axes: Sequence[str], names: Sequence[st
             if c.verdict != "fail":
                 continue
             at = f" at seed {c.seed}" if c.seed is not None else ""
-            out.append(f"{_tag(r.values)} {n}: shortest {c.steps} steps{at}")
+            out.append(f"{_tag(r.values)} {n}: shortest {counted(c.steps, 'step')}{at}")
             actor_w = max([len(a) for a, _ in c.story] + [5])
             out += [f"    {a:<{actor_w}}  {t}" for a, t in c.story]
             if c.replay is not None:

@@ -156,6 +156,9 @@ def test_junit_has_a_failing_test_case_per_group_with_its_replay(
     assert (suite.get("tests"), suite.get("failures")) == ("2", "2")
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["two [] group 1", "two [] group 2"]
+    # No group has a time of its own: the run's is the suite's, not each case's.
+    assert [c.get("time") for c in cases] == ["0.000", "0.000"]
+    assert float(suite.get("time") or 0) > 0
     assert {c.get("classname") for c in cases} == {"dst.two"}
     assert all(len(c.findall("failure")) == 1 for c in cases)
     failures = [f for c in cases for f in c.findall("failure")]
@@ -253,3 +256,39 @@ def test_the_live_display_shows_on_a_terminal_and_never_with_json(
     assert "30/30 seeds" in shown.stderr and "1 group (" in shown.stderr
     quiet = invoke("run", "counter", "--seeds", "30", "--out", str(tmp_path), "--json")
     assert quiet.stderr == ""
+
+
+ONE_STEP = '''
+from dst import Env, Scenario, Sim
+
+scenario = Scenario("one", doc="the first write breaks the check")
+
+
+async def worker(env: Env) -> None:
+    await env.store.put("x", 1)
+
+
+@scenario.setup
+def setup(sim: Sim, config: dict) -> object:
+    db = sim.store("db")
+    sim.process("worker", worker, stores=["db"])
+    return db
+
+
+@scenario.invariant("Unwritten")
+def unwritten(db) -> bool | str:
+    return not list(db.scan("x")) or "x was written"
+'''
+
+
+def test_counts_of_one_are_told_in_the_singular(tmp_path: Path) -> None:
+    source = _write(tmp_path, "one.py", ONE_STEP)
+    md = tmp_path / "summary.md"
+    done = invoke("run", source, "--seeds", "1", "--out", str(tmp_path / "o"),
+                  "--summary-md", str(md))
+    assert done.exit_code == 1, done.output
+    trace = next((tmp_path / "o").glob("one-0*.jsonl"))
+    shown = invoke("show", str(trace), "--format", "markdown", "--scenario", source).stdout
+    told = done.stdout + md.read_text(encoding="utf-8") + shown
+    assert "(1 step)" in told and "1 step," in told, told
+    assert re.search(r"\b1 (steps|lines|groups|runs)\b", told) is None, told

@@ -76,6 +76,18 @@ def test_a_failing_test_leaves_one_trace_the_one_its_message_names(
     assert replayed.exit_code == 1 and replayed.output.startswith("identical"), replayed.output
 
 
+def test_the_reported_trace_is_titled_as_a_hypothesis_draw_not_a_seed(
+        lost_update: LostUpdate) -> None:
+    [kept] = lost_update.out.iterdir()
+    header = read_trace(kept).header
+    assert header["strategy"] == "hypothesis" and "shrunk_from" not in header
+    for fmt, title in (("markdown", "### approval a Hypothesis draw: fail\n"),
+                       ("html", "<title>dst: approval a Hypothesis draw: fail</title>")):
+        shown = CliRunner().invoke(main, ["show", str(kept), "--format", fmt])
+        assert shown.exit_code == 0 and title in shown.output, shown.output[:300]
+        assert "seed 0" not in shown.output
+
+
 def test_the_reported_story_is_as_short_as_dst_shrink_makes_the_drawn_run(
         lost_update: LostUpdate) -> None:
     """Hypothesis shrinks the choice sequence; dst's shrinker, run on the final failing run,

@@ -89,6 +89,7 @@ def test_a_shrunk_trace_is_titled_with_the_seed_it_was_shrunk_from(project: Path
     assert f"- seed: {seed} (shrunk" in markdown and "strategy shrink" not in markdown
     page = invoke("show", group["shrunk"]["trace"], "--format", "html").stdout
     assert f"<small>seed {seed} (shrunk)</small>" in page and "strategy shrink" not in page
+    assert f"<title>dst: bank seed {seed} (shrunk): fail</title>" in page
     if shrunk.header["seed"] != seed:  # found on another walk: its own seed is still told
         assert f"its run draws from seed {shrunk.header['seed']}" in markdown
 

@@ -117,7 +117,7 @@ def test_replay_imports_what_a_replay_needs_and_no_other_command(tmp_path: Path)
 def test_run_imports_no_specs_explorer_shrinker_or_junit_writer(tmp_path: Path) -> None:
     done = probe(tmp_path, "run", "counter", "--seed", "0", "--out", str(tmp_path / "out"))
     assert done["code"] == 0
-    assert "1 runs, 0 failed" in str(done["stdout"])
+    assert "1 run, 0 failed" in str(done["stdout"])
     assert _imported(done["modules"], (*NEVER, "dst.commands.shrink", "dst.explore.shrink",
                                        "dst.runner.cluster", "xml.etree", "dst.commands.pin")) == []
 

@@ -159,7 +159,7 @@ def test_an_argument_that_was_not_utf8_runs_is_recorded_and_replays(tmp_path: Pa
     out = tmp_path / "out"
     output = _clean(invoke("run", str(source), "-c", "greeting=\udcff", "--seeds", "1",
                            "--workers", "1", "--out", str(out)), 1)
-    assert "lone [greeting=\\udcff]: 1 runs, 1 failed" in output
+    assert "lone [greeting=\\udcff]: 1 run, 1 failed" in output
     trace = read_trace(out / "lone-0.jsonl")
     assert trace.header["config"] == {"greeting": "\udcff"}
     with ResultsDB(out) as db:

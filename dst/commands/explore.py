@@ -37,6 +37,7 @@ from ..runner.bulk import user_error
 from ..scenario import Scenario
 from ..trace.codec import write_trace
 from ..trace.escape import visible
+from ..trace.render import counted
 from ..verdict_table import only
 from .arguments import key_values, out_dir
 
@@ -345,7 +346,7 @@ def _print(result: Exploration, plain: Exploration | None, written: dict[str, An
         v = result.violations.get(name)
         if v is not None:
             w = written[name]
-            echo(f"  {name}: VIOLATED, shortest {v.steps} steps "
+            echo(f"  {name}: VIOLATED, shortest {counted(v.steps, 'step')} "
                  f"({v.schedules:,} schedules): {visible(v.message)}")
             echo(f"      trace:  {w['trace']}")
             if w["replay"] is not None:

@@ -27,7 +27,7 @@ from ..runner.reports import config_text, not_kept_text, shown_trace
 from ..scenario import Scenario
 from ..trace.codec import read_trace
 from ..trace.escape import encodable, visible
-from ..trace.render import format_time, replay_line, story
+from ..trace.render import counted, format_time, replay_line, story
 
 #: Failure groups told with their story; the next ``GROUPS_LISTED`` get a line each.
 STORIES_SHOWN = 3
@@ -193,20 +193,22 @@ def _print_group(run: Invocation, title: str, g: Report, number: int, full: bool
              if vio else f"seed {seed}")
     _echo(f"FAIL {title}: {visible(', '.join(g.violated))} violated ({where})")
     alike = (f"{g.count:,} failing seeds; first seed {g.first_seed}, shortest seed {seed} "
-             f"({steps} steps)" if g.count > 1 else f"1 failing seed ({steps} steps)")
+             f"({counted(steps, 'step')})" if g.count > 1
+             else f"1 failing seed ({counted(steps, 'step')})")
     _echo(f"  group {number}: {alike}")
     shrunk = g.shrunk
     if full and trace is not None:
         lines = story(trace)
         width = max([len(actor) for _, _, actor, _ in lines] + [8])
         time_w = max([len(t) for _, t, _, _ in lines] + [0])  # "1d 00:00:00.000" is wider
-        told = (f"shrunk from {shrunk.from_steps} to {shrunk.steps} steps"
-                if shrunk and found and found[0] == shrunk.path else f"{steps} steps")
-        _echo(f"  story ({len(lines)} lines, {told}):")
+        told = (f"shrunk from {shrunk.from_steps} to {counted(shrunk.steps, 'step')}"
+                if shrunk and found and found[0] == shrunk.path else counted(steps, "step"))
+        _echo(f"  story ({counted(len(lines), 'line')}, {told}):")
         for i, (_step, t, actor, text) in enumerate(lines, 1):
             _echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {text}")
     if shrunk:
-        _echo(f"  shrunk: {shrunk.path} ({shrunk.steps} steps, from {shrunk.from_steps})")
+        _echo(f"  shrunk: {shrunk.path} ({counted(shrunk.steps, 'step')}, from "
+              f"{shrunk.from_steps})")
         _echo(f"  replay: {run.replay(shrunk.path)}")
     if g.kept:
         path = g.kept[0][2]
@@ -240,9 +242,9 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
     more = "more than " if unkept else ""
     grouped = (f" in {more}{len(groups):,} group{'s' * (len(groups) != 1 or bool(more))}"
                if summary.failed else "")
-    _echo(f"{title}{how}: {summary.runs:,} runs{earlier}, {summary.failed:,} failed"
-               f"{' (' + by + ')' if by else ''}{grouped}, {rate:,.0f} runs/s "
-               f"({seconds:.1f}s)")
+    _echo(f"{title}{how}: {summary.runs:,} run{'s' * (summary.runs != 1)}{earlier}, "
+          f"{summary.failed:,} failed{' (' + by + ')' if by else ''}{grouped}, "
+          f"{rate:,.0f} runs/s ({seconds:.1f}s)")
     _print_coverage(scen, summary)
     if summary.bounded:
         first = next((paths[s] for s in summary.bounded_seeds if s in paths),

@@ -24,7 +24,7 @@ from ..errors import DstError, UsageError
 from ..explore.shrink import ShrinkResult, shrink
 from ..registry import load
 from ..trace.codec import read_trace, write_trace
-from ..trace.render import story
+from ..trace.render import counted, story
 
 #: Seconds ``dst run`` gives each invariant's shrink.
 RUN_BUDGET = 5.0
@@ -76,7 +76,7 @@ def print_story(trace: Any, header: str) -> None:
     lines = story(trace)
     width = max([len(actor) for _, _, actor, _ in lines] + [8])
     time_w = max([len(t) for _, t, _, _ in lines] + [0])
-    click.echo(f"  story ({len(lines)} lines, {header}):")
+    click.echo(f"  story ({counted(len(lines), 'line')}, {header}):")
     for i, (_step, t, actor, told) in enumerate(lines, 1):
         click.echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {told}")
 
@@ -140,11 +140,12 @@ def command(trace_path: str, scenario_ref: str | None, output: str | None, budge
         click.echo(json.dumps(_report(res, trace_path, out, replay), indent=2))
     else:
         b, a = res.before, res.after
-        click.echo(f"shrunk {trace_path}: {res.invariant} violated in {a.steps} steps "
-                   f"(from {b.steps}), {a.faults} faults (from {b.faults}), story "
-                   f"{a.lines} lines (from {b.lines}); {res.runs} runs in {res.seconds:.1f}s, "
+        click.echo(f"shrunk {trace_path}: {res.invariant} violated in "
+                   f"{counted(a.steps, 'step')} (from {b.steps}), {counted(a.faults, 'fault')} "
+                   f"(from {b.faults}), story {counted(a.lines, 'line')} (from {b.lines}); "
+                   f"{counted(res.runs, 'run')} in {res.seconds:.1f}s, "
                    f"{_STOPPED.get(res.stopped, res.stopped)}")
-        print_story(res.trace, f"{a.steps} steps")
+        print_story(res.trace, counted(a.steps, "step"))
         click.echo(f"  trace:  {out}")
         click.echo(f"  replay: {replay}")
     sys.exit(1)

@@ -28,7 +28,7 @@ from ..errors import DstError
 from ..trace.codec import read_trace
 from ..trace.escape import markdown_inline, visible
 from ..trace.model import Trace
-from ..trace.render import story
+from ..trace.render import counted, story
 from .groups import Report
 
 #: Characters XML 1.0 does not allow, even escaped, beyond what ``visible`` shows.
@@ -81,8 +81,8 @@ def not_kept_text(failed: int, by_invariant: dict[str, int], max_groups: int | N
     if not failed:
         return None
     by = ", ".join(f"{name(inv)} x{n:,}" for inv, n in sorted(by_invariant.items()))
-    bound = (f" (--max-groups {max_groups} keeps the first {max_groups} groups found, in "
-             "seed order; raise it to keep more)" if max_groups is not None else "")
+    bound = (f" (--max-groups {max_groups} keeps the first {counted(max_groups, 'group')} "
+             "found, in seed order; raise it to keep more)" if max_groups is not None else "")
     return (f"and {failed:,} more failing seed{'s' * (failed != 1)} in groups not kept: "
             f"{by}{bound}")
 
@@ -139,7 +139,7 @@ def markdown(facts: RunFacts) -> str:
     for i, g in enumerate(facts.groups, 1):
         steps, seed = g.shortest
         out.append(f"| {i} | {md(', '.join(g.violated))} | {g.count:,} | {g.first_seed} | "
-                   f"{seed} ({steps} steps) |")
+                   f"{seed} ({counted(steps, 'step')}) |")
     if unkept:
         out += ["", unkept]
     for i, g in enumerate(facts.groups, 1):
@@ -147,7 +147,7 @@ def markdown(facts: RunFacts) -> str:
                     f"{g.count:,} seed{'s' * (g.count != 1)}", ""]
         out += _markdown_story(g, facts.replay)
         steps, seed = g.shortest
-        out += ["", f"First seed {g.first_seed}, shortest seed {seed} ({steps} steps); "
+        out += ["", f"First seed {g.first_seed}, shortest seed {seed} ({counted(steps, 'step')}); "
                     "run one again with:", "", f"    {visible(facts.rerun(seed))}"]
     return "\n".join(out) + "\n"
 
@@ -165,9 +165,9 @@ def _markdown_story(g: Report, replay_of: Callable[[Path], str]) -> list[str]:
                   f"{md(str(vio['message']))}", ""]
     told = story(trace)
     steps = trace.footer.get("steps")
-    how = (f"shrunk from {g.shrunk.from_steps} to {g.shrunk.steps} steps"
-           if g.shrunk and path == g.shrunk.path else f"{steps} steps")
-    lines += [f"**Shortest story** ({len(told)} lines, {how}):", ""]
+    how = (f"shrunk from {g.shrunk.from_steps} to {counted(g.shrunk.steps, 'step')}"
+           if g.shrunk and path == g.shrunk.path else counted(steps, "step"))
+    lines += [f"**Shortest story** ({counted(len(told), 'line')}, {how}):", ""]
     lines += [f"{n}. {t} {md(actor)}: {md(text)}" for n, (_, t, actor, text) in
               enumerate(told, 1)]
     # The command the run prints, ``--scenario`` and all: a user's scenario is no
@@ -199,6 +199,9 @@ def junit(facts: RunFacts) -> str:
     errors = 1 if facts.stalled else 0
     tests = failures + (1 if errors or not failures else 0)
     seconds = f"{facts.seconds:.3f}"
+    # A group's seeds ran among all the others: no time of its own is known, so its case
+    # takes none, and the run's time is the suite's (and the run's own case's).
+    untimed = "0.000"
     began = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - facts.seconds))
     suites = ET.Element("testsuites")
     suite = ET.SubElement(suites, "testsuite", name=_xml(f"dst run {facts.scenario}"),
@@ -223,10 +226,11 @@ def junit(facts: RunFacts) -> str:
         steps, seed = g.shortest
         found = shown_trace(g)
         replay = facts.replay(found[0]) if found else facts.rerun(seed)
-        message = (f"group {i}: {', '.join(g.violated)} violated in {g.count:,} seeds "
-                   f"(first {g.first_seed}, shortest {seed}: {steps} steps); replay: {replay}")
+        message = (f"group {i}: {', '.join(g.violated)} violated in {g.count:,} "
+                   f"seed{'s' * (g.count != 1)} (first {g.first_seed}, shortest {seed}: "
+                   f"{counted(steps, 'step')}); replay: {replay}")
         case = ET.SubElement(suite, "testcase", classname=classname,
-                             name=_xml(f"{facts.title} group {i}"), time=seconds)
+                             name=_xml(f"{facts.title} group {i}"), time=untimed)
         fail = ET.SubElement(case, "failure", message=_xml(message),
                              type=_xml(", ".join(g.violated)))
         told = story(found[1]) if found else []
@@ -234,7 +238,7 @@ def junit(facts: RunFacts) -> str:
                               + [_xml(f"replay: {replay}")])
     if unkept:
         case = ET.SubElement(suite, "testcase", classname=classname,
-                             name=_xml(f"{facts.title} groups not kept"), time=seconds)
+                             name=_xml(f"{facts.title} groups not kept"), time=untimed)
         ET.SubElement(case, "failure", message=unkept,
                       type=_xml(", ".join(sorted(facts.not_kept))))
     ET.SubElement(suite, "system-out")

@@ -46,7 +46,7 @@ from .causes import why
 from .escape import visible
 from .model import Trace
 from .perfetto import Arrow, Mark, Span, Timeline, timeline
-from .render import describe, format_time, shrunk_note, title_seed
+from .render import counted, describe, format_time, run_title, shrunk_note
 
 #: Height of a lane, of the time axis above the lanes, and the columns a time jump adds.
 _LANE_H = 26
@@ -137,7 +137,7 @@ def render_html(trace: Trace, *, replay: str | None = None) -> str:
     geo = _Geometry(tl)
     h, f = trace.header, trace.footer
     verdict = str(f.get("verdict", "?"))
-    title = f"{h['scenario']} seed {h['seed']}: {verdict}"
+    title = f"{h['scenario']} {run_title(h)}: {verdict}"
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -173,10 +173,10 @@ def _summary(tl: Timeline, replay: str | None) -> list[str]:
     if f.get("ended") == "bound" and not violated:  # cut short: never a pass
         tag, verdict = "CUT", "cut"
         headline = (f"no invariant violated, but the run was cut at its step bound "
-                    f"({f.get('steps')} steps): its end-of-run checks never ran")
+                    f"({counted(f.get('steps'), 'step')}): its end-of-run checks never ran")
     out = [f'<header><h1><span class="tag {_text(_verdict_class(verdict))}">'
            f"{_text(tag)}</span> {_text(h['scenario'])} "
-           f"<small>seed {_text(title_seed(h))}</small></h1>",
+           f"<small>{_text(run_title(h))}</small></h1>",
            f'<p class="headline">{_text(headline)}'
            + (f' at <a href="#r{tl.violation_at}">step {_text(vio["step"])}</a>, virtual '
               f'{_text(format_time(vio["t"]))}: <q>{_text(vio["message"])}</q> '
@@ -195,7 +195,7 @@ def _summary(tl: Timeline, replay: str | None) -> list[str]:
         ("seed", f"{_text(h['seed'])} <small>(strategy {_text(h['strategy'])})</small>"
          if shrunk_note(h) is None else
          f"{_text(h['shrunk_from'])} <small>({_text(shrunk_note(h))})</small>"),
-        ("run", _text(f"{f.get('steps')} steps, virtual "
+        ("run", _text(f"{counted(f.get('steps'), 'step')}, virtual "
                       f"{format_time(float(f.get('virtual_time', 0.0)))}, "
                       f"ended {f.get('ended')}")),
     ]

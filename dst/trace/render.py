@@ -136,10 +136,13 @@ def shrunk_note(header: dict[str, Any]) -> str | None:
         f"shrunk; its run draws from seed {header['seed']}"
 
 
-def title_seed(header: dict[str, Any]) -> str:
-    """The seed a trace is titled with: a shrunk trace's is the seed it was shrunk from."""
+def run_title(header: dict[str, Any]) -> str:
+    """What a trace's run is titled: ``seed 7``; a shrunk trace's is the seed it was shrunk
+    from (``seed 7 (shrunk)``); a run Hypothesis drew has no seed of its own to name."""
     origin = header.get("shrunk_from")
-    return str(header["seed"]) if origin is None else f"{origin} (shrunk)"
+    if header.get("strategy") == "hypothesis":
+        return "a Hypothesis draw"
+    return f"seed {header['seed']}" if origin is None else f"seed {origin} (shrunk)"
 
 
 def render_text(trace: Trace, *, verbose: bool = False) -> str:
@@ -155,10 +158,16 @@ def render_text(trace: Trace, *, verbose: bool = False) -> str:
         out.append(f"  {step:>5}  {t:>{time_w}}  {actor:<{actor_w}}  {text}")
     verdict = f.get("verdict", "?")
     violated = ", ".join(f.get("violated", [])) or "nothing"
-    out.append(visible(f"verdict: {verdict} (violated: {violated}); {f.get('steps')} steps, "
+    steps = counted(f.get("steps"), "step")
+    out.append(visible(f"verdict: {verdict} (violated: {violated}); {steps}, "
                        f"virtual {format_time(f.get('virtual_time', 0.0))}, "
                        f"ended {f.get('ended')}"))
     return "\n".join(out) + "\n"
+
+
+def counted(n: object, noun: str) -> str:
+    """``1 step``, ``2 steps``: a count and its noun, singular for one."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def replay_line(path: str, scenario_ref: str | None = None) -> str:
@@ -184,13 +193,14 @@ def render_markdown(trace: Trace, *, verbose: bool = False, replay: str | None =
     violated = ", ".join(f.get("violated", []))
     vio = next((r for r in trace.records if r["type"] == "violation"), None)
     cut = f.get("ended") == "bound" and not violated  # a run cut short is never a pass
-    out = [f"### {md(h['scenario'])} seed {md(title_seed(h))}: "
+    steps = counted(f.get("steps"), "step")
+    out = [f"### {md(h['scenario'])} {md(run_title(h))}: "
            + ("cut at the step bound" if cut else md(verdict)), ""]
     if vio is not None:
         out += [f"**{md(violated)} violated** at step {vio['step']} (virtual "
                 f"{format_time(vio['t'])}): {md(vio['message'])}", ""]
     elif cut:
-        out += [f"**Cut at the step bound** after {f.get('steps')} steps: no invariant was "
+        out += [f"**Cut at the step bound** after {steps}: no invariant was "
                 "violated, but the end-of-run checks never ran.", ""]
     else:
         out += [f"**No check violated** (ended {md(str(f.get('ended')))}).", ""]
@@ -199,10 +209,10 @@ def render_markdown(trace: Trace, *, verbose: bool = False, replay: str | None =
             f"- seed: {h['seed']} (strategy {md(h['strategy'])})" if shrunk_note(h) is None
             else f"- seed: {h['shrunk_from']} ({md(str(shrunk_note(h)))})",
             f"- verdict: {md(verdict)} (violated: {md(violated) or 'nothing'}); "
-            f"{f.get('steps')} steps, virtual {format_time(f.get('virtual_time', 0.0))}, "
+            f"{steps}, virtual {format_time(f.get('virtual_time', 0.0))}, "
             f"ended {md(str(f.get('ended')))}", ""]
     told = story(trace)
-    out += [f"**Story** ({len(told)} lines, {f.get('steps')} steps):", ""]
+    out += [f"**Story** ({counted(len(told), 'line')}, {steps}):", ""]
     out += [f"{n}. {t} {md(actor)}: {md(text)}" for n, (_, t, actor, text) in
             enumerate(told, 1)]
     out += ["", "**Step by step**" + (" (with the scheduler's decisions)" if verbose else "")
