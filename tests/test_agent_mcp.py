@@ -219,4 +219,5 @@ def test_the_sdks_stdio_transport_is_refused_naming_the_agents_own_line() -> Non
     (message,) = [r["message"] for r in result.trace().records if r["type"] == "violation"]
     line = inspect.getsourcelines(agent)[1] + 2  # the ``async with stdio_client(...)``
     assert message.startswith("trio.lowlevel.open_process() called at "), message
-    assert f", from {__file__}:{line} in agent, inside a simulated run" in message, message
+    assert f", from {Path(__file__).name}:{line} in agent, inside a simulated run" in message, \
+        message

@@ -60,6 +60,7 @@ def test_the_guard_trips_on_each_trapped_call(name: str) -> None:
     assert message.startswith(what + " called at ")
     assert "inside a simulated run" in message and instead in message
     assert "test_guard.py:" in message or "guarded_user_code.py:" in message
+    assert os.sep not in message.partition(" inside ")[0]  # the file's name, as elsewhere
 
 
 def test_everything_is_restored_after_the_run() -> None:

@@ -198,6 +198,17 @@ def _asked_by(frame: types.FrameType) -> types.FrameType | None:
     return None
 
 
+def _file(frame: types.FrameType) -> str:
+    """A frame's file by name, as every other finding shows it (the same in any checkout
+    and working directory, so a trace replays there); a package's ``__init__.py`` with
+    its package's directory."""
+    path = frame.f_code.co_filename
+    name = os.path.basename(path)
+    if name == "__init__.py":
+        return f"{os.path.basename(os.path.dirname(path))}/{name}"
+    return name
+
+
 def _fire(
     what: str, instead: str, frame: types.FrameType, inner: types.FrameType | None
 ) -> NoReturn:
@@ -205,10 +216,10 @@ def _fire(
     via = f" (through {_module_of(inner)})" if inner is not None else ""
     mine = _asked_by(frame)
     if mine is not None:
-        via += f", from {mine.f_code.co_filename}:{mine.f_lineno} in {mine.f_code.co_name},"
+        via += f", from {_file(mine)}:{mine.f_lineno} in {mine.f_code.co_name},"
     message = (
-        f"{what} called at {frame.f_code.co_filename}:{frame.f_lineno}{via} inside a "
-        f"simulated run; use {instead} instead"
+        f"{what} called at {_file(frame)}:{frame.f_lineno}{via} inside a simulated run; "
+        f"use {instead} instead"
     )
     if ACTIVE:
         ACTIVE[-1].trapped(message)
