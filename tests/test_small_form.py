@@ -316,6 +316,8 @@ def test_dst_run_of_a_body_that_never_finishes_reports_it_failed_not_passed(
     assert ran.exit_code == 1, ran.output
     assert "2 failed (Unfinished x2)" in ran.stdout, ran.output
     assert "VIOLATED Unfinished: the test body had not finished after 200 steps" in ran.stdout
+    # The decisions are the story (nothing was logged), its end told: the bound's 200.
+    assert "  story (201 lines, 200 steps; the last 40 shown):\n    162  " in ran.stdout
 
 
 def test_a_story_outside_pytest_tells_the_interleaving_of_a_body_that_logs_nothing(

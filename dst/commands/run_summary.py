@@ -29,6 +29,10 @@ from ..trace.codec import read_trace
 from ..trace.escape import encodable, visible
 from ..trace.render import counted, format_time, replay_line, story
 
+#: Lines of a story told in the summary: its end, where the violation is (as
+#: ``check_seeds`` tells a failure); ``dst show`` tells a story whole.  A run that
+#: logs nothing tells its decisions, thousands of them when it is never shrunk.
+STORY_LINES = 40
 #: Failure groups told with their story; the next ``GROUPS_LISTED`` get a line each.
 STORIES_SHOWN = 3
 GROUPS_LISTED = 10
@@ -199,12 +203,14 @@ def _print_group(run: Invocation, title: str, g: Report, number: int, full: bool
     shrunk = g.shrunk
     if full and trace is not None:
         lines = story(trace)
-        width = max([len(actor) for _, _, actor, _ in lines] + [8])
-        time_w = max([len(t) for _, t, _, _ in lines] + [0])  # "1d 00:00:00.000" is wider
+        shown = lines[-STORY_LINES:]
+        width = max([len(actor) for _, _, actor, _ in shown] + [8])
+        time_w = max([len(t) for _, t, _, _ in shown] + [0])  # "1d 00:00:00.000" is wider
         told = (f"shrunk from {shrunk.from_steps} to {counted(shrunk.steps, 'step')}"
                 if shrunk and found and found[0] == shrunk.path else counted(steps, "step"))
-        _echo(f"  story ({counted(len(lines), 'line')}, {told}):")
-        for i, (_step, t, actor, text) in enumerate(lines, 1):
+        tail = f"; the last {len(shown)} shown" if len(shown) < len(lines) else ""
+        _echo(f"  story ({counted(len(lines), 'line')}, {told}{tail}):")
+        for i, (_step, t, actor, text) in enumerate(shown, len(lines) - len(shown) + 1):
             _echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {text}")
     if shrunk:
         _echo(f"  shrunk: {shrunk.path} ({counted(shrunk.steps, 'step')}, from "
