@@ -395,9 +395,9 @@ def hash_seed_note() -> str | None:
         return None
     what = []
     if pins:
-        what.append(f"{pins} pinned trace{'s' * (pins != 1)} replayed in a child interpreter "
-                    f"each, under the hash seed {'they were' if pins != 1 else 'it was'} "
-                    "recorded under")
+        what.append(f"{pins} pinned trace{'s' * (pins != 1)} replayed in a child interpreter"
+                    f"{' each' * (pins != 1)}, under the hash seed "
+                    f"{'they were' if pins != 1 else 'it was'} recorded under")
     if seeds:
         what.append(f"{seeds:,} seed{'s' * (seeds != 1)} run in this process under its "
                     "hash seed, as their traces record")

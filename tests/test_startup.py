@@ -255,8 +255,8 @@ def test_hash_seed_note_says_what_ran_away_from_this_process(
                     "pins recorded under 0 run in this process, as in dst")
     monkeypatch.setattr(testing, "current_hash_seed", lambda: 0)
     monkeypatch.setattr(testing, "_AWAY", {"pins": 1, "seeds": 0})
-    assert testing.hash_seed_note() == ("dst: 1 pinned trace replayed in a child interpreter "
-                                        "each, under the hash seed it was recorded under")
+    assert testing.hash_seed_note() == ("dst: 1 pinned trace replayed in a child interpreter, "
+                                        "under the hash seed it was recorded under")
 
 
 def test_pytest_runs_pins_and_seeds_in_process_under_hash_seed_0(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_pytest_runs_pins_and_seeds_in_process_under_hash_seed_0(tmp_path: Path)
         else:
             assert notes == [
                 "dst: this process runs under a random hash seed, the dst command under 0: "
-                "1 pinned trace replayed in a child interpreter each, under the hash seed it "
+                "1 pinned trace replayed in a child interpreter, under the hash seed it "
                 "was recorded under; 20 seeds run in this process under its hash seed, as "
                 "their traces record; under PYTHONHASHSEED=0 pytest, seeds and pins recorded "
                 "under 0 run in this process, as in dst"]
