@@ -307,6 +307,9 @@ def test_a_body_that_never_finishes_fails_naming_the_seed_the_bound_and_what_to_
     _, _, trace, _, test = shlex.split(_replay_line(message))
     again = invoke("replay", trace, "--scenario", test)
     assert again.exit_code == 1 and "(Unfinished violated again)" in again.stdout, again.output
+    shrunk = invoke("shrink", trace, "--scenario", test, "--budget", "2s", "-o", "min.jsonl")
+    assert shrunk.exit_code == 1, shrunk.output  # the body's decisions, the story's end told
+    assert "  story (201 lines, 200 steps; the last 40 shown):\n    162  " in shrunk.stdout
 
 
 def test_dst_run_of_a_body_that_never_finishes_reports_it_failed_not_passed(

@@ -27,12 +27,8 @@ from ..runner.reports import config_text, not_kept_text, shown_trace
 from ..scenario import Scenario
 from ..trace.codec import read_trace
 from ..trace.escape import encodable, visible
-from ..trace.render import counted, format_time, replay_line, story
+from ..trace.render import STORY_TAIL, counted, format_time, replay_line, story
 
-#: Lines of a story told in the summary: its end, where the violation is (as
-#: ``check_seeds`` tells a failure); ``dst show`` tells a story whole.  A run that
-#: logs nothing tells its decisions, thousands of them when it is never shrunk.
-STORY_LINES = 40
 #: Failure groups told with their story; the next ``GROUPS_LISTED`` get a line each.
 STORIES_SHOWN = 3
 GROUPS_LISTED = 10
@@ -203,7 +199,7 @@ def _print_group(run: Invocation, title: str, g: Report, number: int, full: bool
     shrunk = g.shrunk
     if full and trace is not None:
         lines = story(trace)
-        shown = lines[-STORY_LINES:]
+        shown = lines[-STORY_TAIL:]
         width = max([len(actor) for _, _, actor, _ in shown] + [8])
         time_w = max([len(t) for _, t, _, _ in shown] + [0])  # "1d 00:00:00.000" is wider
         told = (f"shrunk from {shrunk.from_steps} to {counted(shrunk.steps, 'step')}"

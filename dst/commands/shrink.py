@@ -24,7 +24,7 @@ from ..errors import DstError, UsageError
 from ..explore.shrink import ShrinkResult, shrink
 from ..registry import load
 from ..trace.codec import read_trace, write_trace
-from ..trace.render import counted, story
+from ..trace.render import STORY_TAIL, counted, story
 
 #: Seconds ``dst run`` gives each invariant's shrink.
 RUN_BUDGET = 5.0
@@ -74,10 +74,12 @@ def _report(res: ShrinkResult, source: str, out: Path, replay: str) -> dict[str,
 def print_story(trace: Any, header: str) -> None:
     """A trace's story, as ``dst run`` tells its first failure."""
     lines = story(trace)
-    width = max([len(actor) for _, _, actor, _ in lines] + [8])
-    time_w = max([len(t) for _, t, _, _ in lines] + [0])
-    click.echo(f"  story ({counted(len(lines), 'line')}, {header}):")
-    for i, (_step, t, actor, told) in enumerate(lines, 1):
+    shown = lines[-STORY_TAIL:]
+    width = max([len(actor) for _, _, actor, _ in shown] + [8])
+    time_w = max([len(t) for _, t, _, _ in shown] + [0])
+    tail = f"; the last {len(shown)} shown" if len(shown) < len(lines) else ""
+    click.echo(f"  story ({counted(len(lines), 'line')}, {header}{tail}):")
+    for i, (_step, t, actor, told) in enumerate(shown, len(lines) - len(shown) + 1):
         click.echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {told}")
 
 

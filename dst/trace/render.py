@@ -85,6 +85,12 @@ def describe(rec: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+#: Lines of a story a failure report tells (``dst run``'s summary, ``dst shrink``):
+#: its end, where the violation is; ``dst show`` tells a story whole.  A run that
+#: logs nothing tells its decisions, thousands of them when it cannot shrink.
+STORY_TAIL = 40
+
+
 def story(trace: Trace, *, verbose: bool = False) -> list[tuple[int, str, str, str]]:
     """The lines of the story: (step, time, actor, text), actor and text made visible.
 
