@@ -25,13 +25,18 @@ scheduler's choice while the plan's preemptions last, and seeds, traces,
 replay and shrinking work as for any scenario.  An ``AssertionError`` escaping
 the body (from the body itself or from any task of its nurseries) is the
 violation ``assert``; any other exception is ``NoUncaughtError``, a stuck task
-``Deadlock``, as everywhere in dst.
+``Deadlock``, as everywhere in dst; a body still running at the test's step bound
+is ``Unfinished``: a scenario's run cut at its bound is counted as cut, but a test
+whose body never finished has not passed (its last asserts never ran).
 
 What the decorator returns is a plain function of no arguments: pytest collects
 and calls it like any other test (no trio or anyio plugin is involved).  It runs
 the seeds in order (:func:`dst.testing.check_seeds`) and fails at the first
 failing one, with that run's story and the one command that replays it; the
-trace is written under ``traces/failures/``.  The trace header records the
+trace is written under ``traces/failures/`` as ``MODULE.NAME-SEED.jsonl`` (two
+files may each hold a ``test_x``).  A seed that takes more than ``seed_timeout``
+wall-clock seconds (a loop without ``await``) is stopped from another thread
+(:class:`_Watchdog`), and the test fails naming it.  The trace header records the
 test's file, so ``dst replay TRACE`` finds the test alone; ``--scenario
 path/to/test_file.py::test_name`` names it explicitly.
 
@@ -61,7 +66,8 @@ from .sim.faults import NO_FAULTS, FaultPlan
 from .sim.kernel import Sim
 from .sim.state import DEFAULT_MAX_STEPS
 
-__all__ = ["ASSERT", "DEFAULT_SEEDS", "PARAMETERS", "PROCESS", "STORE", "UNFINISHED", "test"]
+__all__ = ["ASSERT", "DEFAULT_SEEDS", "PARAMETERS", "PROCESS", "SEED_TIMEOUT", "STORE",
+           "UNFINISHED", "test"]
 
 #: Seeds a test runs when it does not say (as many as ``check_seeds`` runs).
 DEFAULT_SEEDS = 500
