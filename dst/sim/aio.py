@@ -83,11 +83,12 @@ _sniffio_local = sniffio.thread_local
 _CURRENT_TASKS: dict[Any, Any] | None = (
     asyncio.tasks._current_tasks if sys.version_info < (3, 12) else None)  # type: ignore[attr-defined]
 
-
-def _current_task(loop: Any) -> Any:
-    if _CURRENT_TASKS is not None:
-        return _CURRENT_TASKS.get(loop)
-    return asyncio.current_task(loop)
+_Handle = events.Handle
+_new_handle = events.Handle.__new__
+#: Whether ``call_soon`` may fill a ``Handle``'s fields itself: they are those it knows.
+_FAST_HANDLE = set(getattr(_Handle, "__slots__", ())) == {
+    "_callback", "_args", "_cancelled", "_loop", "_source_traceback", "_repr", "__weakref__",
+    "_context"}
 _leave_task = asyncio.tasks._leave_task
 
 
@@ -112,23 +113,19 @@ def asyncio_main(main: Callable[[Env], Awaitable[object]]) -> Callable[[Env], Aw
     async def run_asyncio(env: Env) -> object:
         inc = _CURRENT.get()
         assert inc is not None, "an asyncio process runs as a process of a simulated run"
-        return await _run(inc, main, env)
+        sim = inc.sim
+        aenv = _asyncio_env(sim, inc, env)
+        # The bridges are started in the run's nursery, not one of the process's own:
+        # closing a nursery is a checkpoint, which a trio process's end does not take.
+        assert sim._nursery is not None
+        loop = SimLoop(sim, inc, sim._nursery)
+        try:
+            return await loop._drive(main, aenv)
+        finally:
+            loop._retire()
 
     run_asyncio.__qualname__ = run_asyncio.__name__ = getattr(main, "__name__", "main")
     return run_asyncio
-
-
-async def _run(inc: Incarnation, main: Callable[[Env], Awaitable[object]], env: Env) -> object:
-    sim = inc.sim
-    aenv = _asyncio_env(sim, inc, env)
-    # The bridges are started in the run's nursery, not one of the process's own:
-    # closing a nursery is a checkpoint, which a trio process's end does not take.
-    assert sim._nursery is not None
-    loop = SimLoop(sim, inc, sim._nursery)
-    try:
-        return await loop._drive(main, aenv)
-    finally:
-        loop._retire()
 
 
 class SimTask(asyncio.Task):  # type: ignore[type-arg]
@@ -243,6 +240,7 @@ def _base_state() -> tuple[dict[str, Any], tuple[str, ...]]:
     asyncio.BaseEventLoop.__init__(probe)
     state = dict(vars(probe))
     del state["_dead"]
+    state.pop("get_debug", None)
     containers = (collections.deque, list, dict, set, weakref.WeakSet)
     _BASE_STATE = state, tuple(n for n, v in state.items() if isinstance(v, containers))
     return _BASE_STATE
@@ -257,6 +255,7 @@ class SimLoop(asyncio.BaseEventLoop):
     _scheduled: list[Any]
     _timer_cancelled_count: int
     _asyncgens: weakref.WeakSet[Any]
+    _debug: bool
 
     def __init__(self, sim: Sim, inc: Incarnation, nursery: trio.Nursery) -> None:
         # ``BaseEventLoop.__init__``'s state, copied from one it made (``_base_state``):
@@ -266,6 +265,7 @@ class SimLoop(asyncio.BaseEventLoop):
         d.update(state)
         for name in fresh:
             d[name] = type(state[name])()
+        self.get_debug = bool(self._debug).__bool__  # type: ignore[method-assign]
         #: True once the loop may never run a callback again (a crash, the run's end).
         self._dead = False
         self._sim = sim
@@ -308,6 +308,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self._deferred: tuple[_Call, Callable[..., Awaitable[Any]], tuple[Any, ...],
                               str] | None = None
         self._inline: _Call | None = None
+        #: True while the driver resolves the call it made itself (``call_soon``).
+        self._replying = False
         self._closing = False
         self._killed = False
         self._main: asyncio.Task[Any] | None = None
@@ -412,15 +414,32 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def call_soon(self, callback: Callable[..., object], *args: Any,  # type: ignore[override]
                   context: Any = None) -> events.Handle:
-        handle = events.Handle(callback, args, self, context)
+        handle: Any
+        if not _FAST_HANDLE or self._debug:
+            handle = events.Handle(callback, args, self, context)
+        else:  # ``Handle.__init__`` without its frame and its ``get_debug`` call
+            handle = _new_handle(_Handle)
+            handle._context = contextvars.copy_context() if context is None else context
+            handle._loop = self
+            handle._callback = callback
+            handle._args = args
+            handle._cancelled = False
+            handle._repr = None
+            handle._source_traceback = None
         if self._dead:
             handle.cancel()
-            return handle
+            return handle  # type: ignore[no-any-return]
         self._ready.append(handle)
         if self._saved is None:  # not from a callback of this loop: a decision's continuation
             self._urgent.append(handle)
-            self._wakeup()
-        return handle
+            if not self._replying:  # (the driver's own reply to its call: it runs now)
+                self._wakeup()
+        return handle  # type: ignore[no-any-return]
+
+    def set_debug(self, enabled: bool) -> None:
+        super().set_debug(enabled)
+        # What asyncio's futures and tasks ask at their creation, answered in C.
+        self.get_debug = bool(enabled).__bool__  # type: ignore[method-assign]
 
     call_soon_threadsafe = call_soon  # type: ignore[assignment]
 
@@ -540,7 +559,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self._made += 1
         fut._dst_seq = self._made
         fut._sim = sim
-        current = _current_task(self)
+        current = (_CURRENT_TASKS.get(self) if _CURRENT_TASKS is not None
+                   else asyncio.current_task(self))
         label = getattr(current, "_dst_label", "") or self._name
         if parks and self._batch and len(self._bridges) == len(self._pool):
             self._deferred = (fut, fn, args, label)
@@ -621,7 +641,11 @@ class SimLoop(asyncio.BaseEventLoop):
             if owner is not None:
                 labels[driver] = owner
         if not fut.done() and not self._dead:
-            fut.set_result(result)
+            self._replying = True
+            try:
+                fut.set_result(result)
+            finally:
+                self._replying = False
 
     def _handoff(self) -> None:
         """The loop is woken from outside while its driver makes a call itself: the
@@ -784,14 +808,27 @@ class SimLoop(asyncio.BaseEventLoop):
                 try:
                     while n and ready:
                         n -= 1
-                        handle: Any = self._take()
+                        handle: Any  # (``_take``, and then ``Handle._run``, in this frame)
+                        if urgent and ready[0] is urgent[0] and self._pick is None:
+                            handle = ready.popleft()
+                            del urgent[0]
+                        else:
+                            handle = self._take()
                         if handle._cancelled:
                             continue
-                        owner = getattr(handle._callback, "__self__", None)
+                        callback = handle._callback
+                        owner = getattr(callback, "__self__", None)
                         labels[driver] = (owner._dst_label if type(owner) is SimTask
                                           else self._name)
-                        handle._run()
-                        del handle, owner
+                        try:
+                            handle._context.run(callback, *handle._args)
+                        except (SystemExit, KeyboardInterrupt):
+                            raise
+                        except BaseException as exc:  # what ``Handle._run`` reports
+                            self.call_exception_handler({
+                                "message": f"Exception in callback {callback!r}",
+                                "exception": exc, "handle": handle})
+                        del handle, owner, callback
                         if inc.state is not RUNNING or sim._stopping:
                             break
                         if n and ready and self._deferred is not None:
