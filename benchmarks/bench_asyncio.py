@@ -9,8 +9,9 @@ processes (``sim.process(..., runtime="asyncio")``): the same workers, the
 same store calls, the same decisions (its traces are ``counter``'s, record for
 record: ``tests/test_asyncio.py``).  So the ratio between the two rows is what
 running the code on dst's event loop costs over running it as trio tasks: the
-loop's driver (a trio task) stepping the asyncio task, and a bridge (a trio
-task) per store call.
+loop's driver (a trio task) stepping the asyncio task, and the store calls it
+makes for it (the driver parks at the call itself when its loop has nothing
+else to do, as each call here finds it; otherwise a bridge task makes it).
 
 Rows, each with the shipped fault plan (preemption at checkpoints on) and at
 ``preemptions=0``:
