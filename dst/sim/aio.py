@@ -27,7 +27,10 @@ kernel's choices:
   trio task of the process (a *bridge*, labelled with the asyncio task that
   made the call), which parks at the kernel's choice point as any trio call
   does and resolves an asyncio future when it returns; a cancelled asyncio
-  caller aborts its bridge at once.
+  caller aborts its bridge at once.  A store call made when the loop then has
+  nothing else to do is made by the driver itself (``SimLoop._call_inline``):
+  the same choice point under the same label, its reply running the caller in
+  the same step; a wake-up from outside meanwhile hands it to a bridge.
 
 A crash stops the loop for good: its ready queue and timers are dropped, no
 callback of it ever runs again, and every pending asyncio task's coroutine is
