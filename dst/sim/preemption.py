@@ -107,10 +107,17 @@ class Preemption(SimState):
             if self.calm_at is None and self._eventually:
                 self._note_calm()
             return 0.0
-        items = sorted(held.items(), key=by_label)
-        labels = [f"{label}@run" for _, label in items]
         pw = self.faults.preempt_weight
-        weights = [1.0 if task is ordinary else pw for task, _ in items]
+        if len(held) == 2:  # by label, as ``sorted`` would order two (stable on a tie)
+            first, second = held.items()
+            items = [second, first] if second[1] < first[1] else [first, second]
+            labels = [f"{items[0][1]}@run", f"{items[1][1]}@run"]
+            weights = [1.0 if items[0][0] is ordinary else pw,
+                       1.0 if items[1][0] is ordinary else pw]
+        else:
+            items = sorted(held.items(), key=by_label)
+            labels = [f"{label}@run" for _, label in items]
+            weights = [1.0 if task is ordinary else pw for task, _ in items]
         # ``_decide``, inlined.
         self.step = step = self.step + 1
         if self._watch is not None:
