@@ -495,10 +495,12 @@ def replay_command(path: str, trace: Trace, scenario_ref: str | None = None) -> 
         return replay_line(path, ref)
     recorded = trace.header.get("scenario_file")
     if not isinstance(recorded, str):
-        return (replay_line(path, "SCENARIO_FILE.py") + f"  # SCENARIO_FILE.py: the file (or "
-                f"module) that defines scenario {name!r}; the trace does not say")
+        # The name is not repeated here: it is the trace's text, shown escaped elsewhere.
+        return (replay_line(path, "SCENARIO_FILE.py") + "  # SCENARIO_FILE.py: the file (or "
+                "module) that defines the trace's scenario; the trace does not say")
     found = recorded_file(recorded, path)
     if found is not None:
         return replay_line(path, found)
-    return (replay_line(path, recorded) + f"  # {recorded} is where the trace was recorded "
-            "from, not found from here: give its path from here")
+    return (replay_line(path, recorded) + "  # the file the trace was recorded from, not "
+            "found from here: give its path from here")
+

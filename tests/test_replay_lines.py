@@ -105,7 +105,7 @@ def test_dst_show_scenario_names_the_file_for_a_trace_that_does_not(project: Pat
     placeholder = invoke("show", "legacy.jsonl", "--format", "markdown").stdout
     assert _replay_lines(placeholder) == [
         "dst replay legacy.jsonl --scenario SCENARIO_FILE.py  # SCENARIO_FILE.py: the file (or "
-        "module) that defines scenario 'bank'; the trace does not say"]
+        "module) that defines the trace's scenario; the trace does not say"]
     for fmt in ("markdown", "html"):
         shown = invoke("show", "legacy.jsonl", "--format", fmt, "--scenario", "proj/bank.py")
         assert shown.exit_code == 0, shown.output
@@ -144,8 +144,8 @@ def test_dst_show_says_what_to_fill_in_when_the_recorded_file_is_not_found(
     monkeypatch.chdir(away)
     shown = invoke("show", trace.name, "--format", "markdown")
     assert shown.exit_code == 0, shown.output
-    assert (f"dst replay {trace.name} --scenario proj/bank.py  # proj/bank.py is where the trace "
-            "was recorded from, not found from here: give its path from here"
+    assert (f"dst replay {trace.name} --scenario proj/bank.py  # the file the trace was "
+            "recorded from, not found from here: give its path from here"
             in shown.stdout.replace("\\", "")), shown.stdout
 
 
