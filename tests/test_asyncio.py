@@ -492,6 +492,20 @@ def test_exceptions_nobody_sees_are_uncaught_errors() -> None:
     assert result.violated == ["NoUncaughtError"]
     assert "p/fails raised KeyError" in _violation(result)
 
+    held: list[asyncio.Task[None]] = []  # alive after the process ended: no finalizer tells
+
+    async def held_outside(env: Env) -> None:
+        async def fails() -> None:
+            raise KeyError("held by the scenario, never awaited")
+
+        held.append(asyncio.create_task(fails()))
+        await asyncio.sleep(1)
+
+    result = _run(held_outside)
+    assert result.violated == ["NoUncaughtError"]
+    assert "p/fails raised KeyError: 'held by the scenario" in _violation(result)
+    held.clear()
+
     async def in_callback(env: Env) -> None:
         asyncio.get_running_loop().call_soon(lambda: 1 / 0)
         await asyncio.sleep(1)

@@ -861,6 +861,8 @@ class SimLoop(asyncio.BaseEventLoop):
         labels[driver] = self._name
         if main_task.cancelled() or main_task.exception() is None:
             self._report_unretrieved()
+            if self._unseen:  # the driver's loop is over: nobody else will report it
+                self._report_unseen()
         return main_task.result()
 
     def _take(self) -> Any:
