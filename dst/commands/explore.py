@@ -72,7 +72,8 @@ def _duration(text: str) -> float:
               help="Message duplicate budget per schedule [default: the scenario's fault plan].")
 @click.option("--preemptions", type=click.IntRange(min=0), default=None,
               help="Preemptions at trio checkpoints per schedule "
-                   "[default: the scenario's fault plan].")
+                   "[default: the scenario's fault plan]. While one is left no step is "
+                   "independent, so reduction skips nothing: 0 lets it work.")
 @click.option("--partitions", type=click.IntRange(min=0), default=None,
               help="Network partitions per schedule [default: the scenario's fault plan].")
 @click.option("--slow", type=click.IntRange(min=0), default=None,
