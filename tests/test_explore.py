@@ -859,6 +859,19 @@ def test_explore_command_says_when_dst_replay_would_stop_at_another_check(
         "another one breaks first on this schedule)" in alone.output
 
 
+def test_a_replay_that_took_another_path_is_not_blamed_on_another_check() -> None:
+    from dst.commands.explore import replay_cause
+
+    other = ('diverged at step 8 (record 13): expected decision {"chosen":1}, got violation '
+             '{"invariant":"NoResurrection","message":"m","step":7,"t":0.0}')
+    assert "another one breaks first" in replay_cause("AtMostOnce", other)
+    same = other.replace("NoResurrection", "AtMostOnce")  # its own check, earlier: stateful
+    assert "the replay took another path: a check that keeps state" in \
+        replay_cause("AtMostOnce", same)
+    ended = 'diverged at step 4 (record 9): expected violation {"invariant":"X"}, got end'
+    assert "the replay took another path" in replay_cause("X", ended)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["counter", "-c", "cass=false"], "counter has no switch 'cass'"),
     (["counter", "--budget", "soon"], "is not a duration"),

@@ -353,8 +353,7 @@ def _print(result: Exploration, plain: Exploration | None, written: dict[str, An
             if w["replay"] is not None:
                 echo(f"      replay: {w['replay']}")
             else:
-                cause = (" (it checks every invariant, and another one breaks first on "
-                         "this schedule)")
+                cause = replay_cause(name, w["replay_divergence"] or "")
                 echo(f"      replay: `dst replay` does not reproduce it{cause}: "
                      f"{visible(w['replay_divergence'] or '')}")
         elif proven:
@@ -367,3 +366,15 @@ def _print(result: Exploration, plain: Exploration | None, written: dict[str, An
     if quiet:
         echo(f"  built-in       no {', '.join(quiet)}")
     echo(f"  {result.statement()}")
+
+
+def replay_cause(name: str, divergence: str) -> str:
+    """Why ``dst replay`` does not reproduce the explored violation of ``name``: it stops
+    at another check's violation first, or (no other check broke) the run took another
+    path, which a check keeping state between calls, or nondeterministic code, explains."""
+    got = divergence.partition(", got ")[2]
+    if got.startswith("violation") and f'"invariant":{json.dumps(name)}' not in got:
+        return " (it checks every invariant, and another one breaks first on this schedule)"
+    return (" (the replay took another path: a check that keeps state between calls, or "
+            "code reading what dst does not control; `dst run --check-determinism` tells "
+            "which)")
