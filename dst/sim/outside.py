@@ -334,17 +334,7 @@ def uuid4() -> uuid.UUID:
 def getnode() -> int:
     """The virtual machine's node: a random 48-bit number with the multicast bit set
     (RFC 4122 4.5), the same for a process's incarnation throughout the run."""
-    sim = _sim()
-    nodes = sim._outside
-    if nodes is None:
-        nodes = sim._outside = {}
-    name, number = _whose()
-    key = (name, number, "node")
-    node = nodes.get(key)
-    if node is None:
-        draw = SeededOnFirstUse(f"dst/{sim.seed}/{name}/{number}/outside/node")
-        node = nodes[key] = draw.getrandbits(48) | (1 << 40)
-    return int(node)
+    return _per_incarnation("node", lambda draw: draw.getrandbits(48) | (1 << 40))
 
 
 def uuid1(node: int | None = None, clock_seq: int | None = None) -> uuid.UUID:
@@ -369,17 +359,22 @@ def uuid1(node: int | None = None, clock_seq: int | None = None) -> uuid.UUID:
 
 def getpid() -> int:
     """The process's virtual pid: drawn once per incarnation (a restart is a new one)."""
+    return _per_incarnation("pid", lambda draw: draw.randrange(1000, 32768))
+
+
+def _per_incarnation(kind: str, make: Callable[[SeededOnFirstUse], int]) -> int:
+    """A value drawn once per process incarnation (``kind``: "node", "pid"), from a
+    generator of its own seeded by the run, the process and the incarnation."""
     sim = _sim()
-    pids = sim._outside
-    if pids is None:
-        pids = sim._outside = {}
+    kept = sim._outside
+    if kept is None:
+        kept = sim._outside = {}
     name, number = _whose()
-    key = (name, number, "pid")
-    pid = pids.get(key)
-    if pid is None:
-        draw = SeededOnFirstUse(f"dst/{sim.seed}/{name}/{number}/outside/pid")
-        pid = pids[key] = draw.randrange(1000, 32768)
-    return int(pid)
+    key = (name, number, kind)
+    value = kept.get(key)
+    if value is None:
+        value = kept[key] = make(SeededOnFirstUse(f"dst/{sim.seed}/{name}/{number}/outside/{kind}"))
+    return int(value)
 
 
 # -- threads -----------------------------------------------------------------------------

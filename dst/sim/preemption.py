@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import trio.lowlevel as ll
 from trio.abc import Instrument
 
-from ..errors import DivergenceError
 from . import trio_internals
 from .clock import VirtualClock
 from .options import HELD, INF, Option, by_label
@@ -94,7 +93,7 @@ class Preemption(SimState):
     def _choose_held(self, ordinary: ll.Task, clock: VirtualClock) -> float:
         """``_schedule_held`` when held tasks are all that is enabled (``_options`` would
         list nothing): the same labels, weights, decision and release, without the
-        option tuples, ``_options``, ``_decide`` and ``_perform`` frames."""
+        option tuples, ``_options`` and ``_perform``."""
         held = self._held
         if len(held) == 1:
             # Nothing else could go: not a choice (``_perform`` of the one option).
@@ -118,18 +117,9 @@ class Preemption(SimState):
             items = sorted(held.items(), key=by_label)
             labels = [f"{label}@run" for _, label in items]
             weights = [1.0 if task is ordinary else pw for task, _ in items]
-        # ``_decide``, inlined.
-        self.step = step = self.step + 1
-        if self._watch is not None:
-            self._unwatch()
-        self._busy = 0
-        try:
-            index = self.strategy.choose(step, labels, weights)
-        except DivergenceError as exc:
-            self.divergence = exc
-            self._stop("diverged")
+        index = self._decide(labels, weights)
+        if index < 0:  # the replay diverged
             return 0.0
-        self.records.append(("decision", step, self.now, "schedule", tuple(labels), index))
         chosen = items[index][0]
         releasing, self._releasing = self._releasing, True
         try:
