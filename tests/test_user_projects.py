@@ -69,9 +69,11 @@ def _dst(cwd: Path, line: str) -> subprocess.CompletedProcess[str]:
 
 
 def _printed_replay(out: str) -> str:
-    found = re.findall(r"replay: (dst replay .*)", out)
+    # pytest 9.2 repeats a failure's whole message in the short summary, so the
+    # same line may be printed twice; it must never name two different replays.
+    found = set(re.findall(r"replay: (dst replay .*)", out))
     assert len(found) == 1, out
-    return found[0]
+    return found.pop()
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
