@@ -262,7 +262,8 @@ def _reported() -> bool:
 
 
 def _shortest(scenario: Scenario, trace: Trace) -> Trace:
-    """``trace`` shrunk by dst's shrinker, or ``trace`` itself if that fails or gains nothing.
+    """``trace`` shrunk by dst's shrinker, or ``trace`` itself if that fails or gains nothing;
+    either way recording, as ``shrunk_from``, the seed of the run it came from.
 
     The shrinker keeps the first check broken; a test may be about another one
     the run broke too, so a shorter story that does not break every check the
@@ -270,17 +271,23 @@ def _shortest(scenario: Scenario, trace: Trace) -> Trace:
     """
     from .explore.shrink import shrink
 
+    # Hypothesis shrank the draw before dst's shrinker sees it: whichever story is
+    # kept, it is a shrunk one, and records the run it came from as ``dst shrink``'s
+    # traces do (``shrunk_from``: the seed the drawn run's own generators used), so
+    # that ``dst show`` tells it as shrunk.
+    origin = trace.header.get("shrunk_from", trace.header["seed"])
+    kept = trace
     try:
         shrunk = shrink(scenario, trace, budget=SHRINK_BUDGET)
     except Exception:  # a run that does not replay, or a check that raises on a candidate
-        return trace
-    if shrunk.improved and set(shrunk.trace.violated) >= set(trace.violated):
-        # Its choices still come from a Hypothesis draw, which had no seed to be shrunk
-        # from: titled so, never as a seed (the header's seed is what the run draws from).
-        shrunk.trace.header.pop("shrunk_from", None)
-        shrunk.trace.header["strategy"] = trace.header["strategy"]
-        return shrunk.trace
-    return trace
+        shrunk = None
+    if shrunk is not None and shrunk.improved and \
+            set(shrunk.trace.violated) >= set(trace.violated):
+        kept = shrunk.trace
+        # Its choices still come from a Hypothesis draw: titled so (``run_title``).
+        kept.header["strategy"] = trace.header["strategy"]
+    kept.header["shrunk_from"] = origin
+    return kept
 
 
 def _without_dst_frames(exc: BaseException) -> None:

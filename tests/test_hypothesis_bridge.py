@@ -76,16 +76,22 @@ def test_a_failing_test_leaves_one_trace_the_one_its_message_names(
     assert replayed.exit_code == 1 and replayed.output.startswith("identical"), replayed.output
 
 
-def test_the_reported_trace_is_titled_as_a_hypothesis_draw_not_a_seed(
+def test_the_reported_trace_records_the_run_it_was_shrunk_from_as_dst_shrink_does(
         lost_update: LostUpdate) -> None:
+    """The drawn run (seed 0: what its fakes draw from) was shrunk by Hypothesis, then by
+    dst's shrinker, which may keep a run drawing from another seed: the header says where
+    the story came from (``shrunk_from``), and ``dst show`` titles it by that seed."""
     [kept] = lost_update.out.iterdir()
     header = read_trace(kept).header
-    assert header["strategy"] == "hypothesis" and "shrunk_from" not in header
+    assert header["strategy"] == "hypothesis" and header["shrunk_from"] == 0, header
+    shown = CliRunner().invoke(main, ["show", str(kept)])
+    first = shown.output.partition("\n")[0]
+    assert shown.exit_code == 0 and " seed 0 (shrunk" in first, first
     for fmt, title in (("markdown", "### approval a Hypothesis draw: fail\n"),
                        ("html", "<title>dst: approval a Hypothesis draw: fail</title>")):
         shown = CliRunner().invoke(main, ["show", str(kept), "--format", fmt])
         assert shown.exit_code == 0 and title in shown.output, shown.output[:300]
-        assert "seed 0" not in shown.output
+        assert "seed: 0 (shrunk" in shown.output or "0 <small>(shrunk" in shown.output
 
 
 def test_the_reported_story_is_as_short_as_dst_shrink_makes_the_drawn_run(
