@@ -12,16 +12,32 @@ its config and the seed, so recording them would make the trace depend on the
 environment.  They still work inside a run: the guard (``dst/sim/guard.py``) has
 ``logging`` read the run's virtual clock, so ``LogRecord.created`` is virtual
 seconds and no record reads the wall clock or trips a trap.
+
+structlog is imported by the code under test, not by dst: a run whose code
+never imports it does not pay for it.  A run routes structlog into the trace
+from its start when structlog is already imported, and otherwise from the
+moment the code under test first imports it (a one-shot import hook, installed
+when this module is imported, configures structlog as its import completes), so
+the events of a run, and its trace, are the same whenever structlog was
+imported.  The same hook imports structlog without rich: ``structlog.dev`` and
+``structlog.tracebacks`` import rich (and with it pygments and
+``importlib.metadata``, most of structlog's import time) only to render an
+exception, which no run does, so they are given stand-ins that import the real
+rich modules the first time they are used (``_LazyRich``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, MutableMapping
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any
-
-import structlog
 
 from .kernel import ACTIVE
 
@@ -43,13 +59,49 @@ def capture_into_trace(
     return _RENDERED  # to a ReturnLogger: cheaper than raising DropEvent
 
 
-_CHAIN = [structlog.contextvars.merge_contextvars, capture_into_trace]
-_PREFIX = structlog.contextvars.STRUCTLOG_KEY_PREFIX
+# -- what dst configures structlog with: made when structlog is first routed ---------------
+
+#: The processor chain dst configures; filled (in place) by ``_prepare``.
+_CHAIN: list[Any] = []
+#: structlog's prefix of the variables ``bind_contextvars`` makes.
+_PREFIX = "structlog_"
 #: structlog's registry of the variables ``bind_contextvars`` made (private, so
 #: looked up defensively; without it every context variable is scanned).
-_STRUCTLOG_VARS: dict[str, contextvars.ContextVar[Any]] | None = getattr(
-    structlog.contextvars, "_CONTEXT_VARS", None
-)
+_STRUCTLOG_VARS: dict[str, contextvars.ContextVar[Any]] | None = None
+#: The wrapper class dst configures (``_TraceLogger``, made by ``_prepare``).
+_TraceLogger: Any = None
+#: structlog's lazy proxy class and its configuration (private: see ``_plain_proxies_record``).
+_Proxy: Any = None
+_CONFIG: Any = None
+
+
+def _prepare() -> None:
+    """Make what routing needs from structlog's module, once (it is imported by now)."""
+    global _PREFIX, _STRUCTLOG_VARS, _TraceLogger, _Proxy, _CONFIG
+    if _CHAIN:
+        return
+    import structlog
+
+    _PREFIX = structlog.contextvars.STRUCTLOG_KEY_PREFIX
+    _STRUCTLOG_VARS = getattr(structlog.contextvars, "_CONTEXT_VARS", None)
+
+    class TraceLogger(structlog.make_filtering_bound_logger(0)):  # type: ignore[misc]
+        """The same event dict as the chain builds, recorded without running the chain."""
+
+        def _proxy_to_logger(self, method_name: str, event: Any = None,
+                             **event_kw: Any) -> Any:
+            if not ACTIVE or self._processors is not _CHAIN:
+                return super()._proxy_to_logger(method_name, event, **event_kw)
+            fields = self._context.copy()
+            fields.update(event_kw)
+            _record(method_name, event, fields)
+            return None
+
+    TraceLogger.__name__ = TraceLogger.__qualname__ = "_TraceLogger"
+    _TraceLogger = TraceLogger
+    _Proxy = structlog._config.BoundLoggerLazyProxy
+    _CONFIG = structlog._config._CONFIG
+    _CHAIN.extend([structlog.contextvars.merge_contextvars, capture_into_trace])
 
 
 def _merge_bound(fields: dict[str, Any]) -> None:
@@ -74,18 +126,6 @@ def _merge_any(fields: dict[str, Any]) -> None:
                 fields.setdefault(var.name[len(_PREFIX):], value)
 
 
-class _TraceLogger(structlog.make_filtering_bound_logger(0)):  # type: ignore[misc]
-    """The same event dict as the chain builds, recorded without running the chain."""
-
-    def _proxy_to_logger(self, method_name: str, event: Any = None, **event_kw: Any) -> Any:
-        if not ACTIVE or self._processors is not _CHAIN:
-            return super()._proxy_to_logger(method_name, event, **event_kw)
-        fields = self._context.copy()
-        fields.update(event_kw)
-        _record(method_name, event, fields)
-        return None
-
-
 def _record(level: str, event: Any, fields: dict[str, Any]) -> None:
     """Record ``event`` with ``fields`` (which it may change) and the bound context variables."""
     if event is not None:
@@ -96,9 +136,6 @@ def _record(level: str, event: Any, fields: dict[str, Any]) -> None:
         _merge_any(fields)
     ACTIVE[-1].logged(level, fields)
 
-
-_Proxy = structlog._config.BoundLoggerLazyProxy
-_CONFIG = structlog._config._CONFIG
 
 #: Logging methods of the filtering logger, by attribute, and the level each logs at.
 _LEVEL_METHODS = {
@@ -168,19 +205,187 @@ def _plain_proxies_record() -> Iterator[None]:
         _PLAIN.clear()
 
 
+class _Routing:
+    """structlog configured into the trace, from ``start`` to ``stop``, then as it was."""
+
+    def __init__(self) -> None:
+        self._previous: dict[str, Any] | None = None
+        self._proxies = contextlib.ExitStack()
+
+    def start(self) -> None:
+        import structlog
+
+        _prepare()
+        self._previous = structlog.get_config()
+        structlog.configure(
+            processors=_CHAIN,
+            # The filtering logger is the fastest structlog wrapper (level 0: keep all).
+            wrapper_class=_TraceLogger,
+            logger_factory=structlog.ReturnLoggerFactory(),
+            cache_logger_on_first_use=False,
+        )
+        self._proxies.enter_context(_plain_proxies_record())
+
+    def stop(self) -> None:
+        previous, self._previous = self._previous, None
+        if previous is None:  # never started: structlog was not imported during the run
+            return
+        import structlog
+
+        try:
+            self._proxies.close()
+        finally:
+            structlog.configure(**previous)
+
+
+#: Runs waiting for the code under test to import structlog, outermost first.
+_WAITING: list[_Routing] = []
+
+
 @contextlib.contextmanager
 def structlog_to_trace() -> Iterator[None]:
-    """Route structlog to the active run's trace for the duration, then restore."""
-    previous = structlog.get_config()
-    structlog.configure(
-        processors=_CHAIN,
-        # The filtering logger is the fastest structlog wrapper (level 0: keep all).
-        wrapper_class=_TraceLogger,
-        logger_factory=structlog.ReturnLoggerFactory(),
-        cache_logger_on_first_use=False,
-    )
-    try:
-        with _plain_proxies_record():
+    """Route structlog to the active run's trace for the duration, then restore.
+
+    When structlog is not imported yet, routing starts as the code under test
+    imports it (``_StructlogImport``), if it does before the end.
+    """
+    routing = _Routing()
+    if "structlog" in sys.modules:
+        routing.start()
+        try:
             yield
+        finally:
+            routing.stop()
+        return
+    _WAITING.append(routing)
+    try:
+        yield
     finally:
-        structlog.configure(**previous)
+        _WAITING.remove(routing)
+        routing.stop()
+
+
+# -- importing structlog: routed from the moment it is imported, rich on first use --------
+
+
+class _LazyRich(types.ModuleType):
+    """A stand-in for a rich module while structlog imports it.
+
+    Any attribute is a ``_LazyName`` (a dunder is missing, so the import system
+    sees a plain module, not a package), so ``from rich.console import Console``
+    binds a name that imports ``rich.console`` when it is first called or looked into.
+    """
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _LazyName(self.__name__, attr)
+
+
+class _LazyName:
+    """``module.attr``, imported when first used (called, or an attribute looked up)."""
+
+    def __init__(self, module: str, attr: str) -> None:
+        self._where = (module, attr)
+        self._real: Any = None
+
+    def _resolve(self) -> Any:
+        if self._real is None:
+            module, attr = self._where
+            real = importlib.import_module(module)
+            try:
+                self._real = getattr(real, attr)
+            except AttributeError:  # a submodule not imported yet: ``rich.pretty``
+                self._real = importlib.import_module(f"{module}.{attr}")
+        return self._real
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._resolve()(*args, **kwargs)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(self._resolve(), attr)
+
+    def __repr__(self) -> str:
+        return f"<{'.'.join(self._where)}, imported when first used>"
+
+
+#: What structlog imports from rich (26.1: ``structlog.dev`` and ``structlog.tracebacks``).
+_RICH_MODULES = ("rich", "rich.console", "rich.traceback", "rich.pretty")
+
+
+def _rich_standins() -> dict[str, _LazyRich]:
+    """Stand-ins for ``_RICH_MODULES``, or none when rich is imported or not installed."""
+    if "rich" in sys.modules or importlib.util.find_spec("rich") is None:
+        return {}
+    return {name: _LazyRich(name) for name in _RICH_MODULES}
+
+
+def _saw_rich() -> bool:
+    """Whether structlog took the stand-ins for rich (rather than deciding it is missing)."""
+    return all(isinstance(getattr(sys.modules.get(name), "rich", None), _LazyRich)
+               for name in ("structlog.dev", "structlog.tracebacks"))
+
+
+class _StructlogLoader(importlib.abc.Loader):
+    """structlog's own loader, with rich's stand-ins in place while it runs."""
+
+    def __init__(self, spec: importlib.machinery.ModuleSpec, loader: Any) -> None:
+        self._spec, self._loader = spec, loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        module: types.ModuleType | None = self._loader.create_module(spec)
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        _StructlogImport.remove()
+        self._spec.loader = module.__loader__ = self._loader  # structlog's, as it would be
+        standins = _rich_standins()
+        sys.modules.update(standins)
+        try:
+            self._loader.exec_module(module)
+            lazy = _saw_rich()
+        except Exception:
+            if not standins:
+                raise
+            lazy = False
+        finally:
+            for name, standin in standins.items():
+                if sys.modules.get(name) is standin:
+                    del sys.modules[name]
+        if standins and not lazy:
+            # A structlog that uses rich otherwise than these stand-ins expect: import
+            # it again, as if nothing stood in.
+            for name in [m for m in sys.modules if m.startswith("structlog.")]:
+                del sys.modules[name]
+            self._loader.exec_module(module)
+        if _WAITING:
+            _WAITING[0].start()
+
+
+class _StructlogImport(importlib.abc.MetaPathFinder):
+    """Finds structlog with the finders after it, and gives it ``_StructlogLoader``, once."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "structlog":
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
+            if spec is not None:
+                if hasattr(spec.loader, "exec_module"):
+                    spec.loader = _StructlogLoader(spec, spec.loader)
+                return spec
+        return None
+
+    @staticmethod
+    def remove() -> None:
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _StructlogImport)]
+
+
+if "structlog" not in sys.modules:
+    sys.meta_path.insert(0, _StructlogImport())
