@@ -36,8 +36,10 @@ A crash stops the loop for good: its ready queue and timers are dropped, no
 callback of it ever runs again, and every pending asyncio task's coroutine is
 closed (its ``finally`` blocks run once, with every ``env`` call refused and
 recorded, as a trio task's do while it unwinds).  A task whose exception
-nobody retrieves is a ``NoUncaughtError``, as is an exception escaping a
-callback; tasks blocked forever at rest are named in the ``Deadlock`` message.
+nobody retrieves is a ``NoUncaughtError`` (found when it is collected, when
+``main`` returns, or when the run ends while the process still holds it:
+``SimLoop.report_unretrieved``), as is an exception escaping a callback; tasks
+blocked forever at rest are named in the ``Deadlock`` message.
 ``docs/design.md`` ("asyncio under the same scheduler") says why this design.
 """
 
@@ -860,7 +862,9 @@ class SimLoop(asyncio.BaseEventLoop):
             raise
         labels[driver] = self._name
         if main_task.cancelled() or main_task.exception() is None:
-            self._report_unretrieved()
+            found = self._unretrieved()
+            if found is not None and not sim._stopping:
+                self._unseen.append(found)
             if self._unseen:  # the driver's loop is over: nobody else will report it
                 self._report_unseen()
         return main_task.result()
@@ -1036,17 +1040,45 @@ class SimLoop(asyncio.BaseEventLoop):
             return False
         return True
 
-    def _report_unretrieved(self) -> None:
-        """A task that failed and whose exception nobody retrieved, at the process's end."""
+    def _unretrieved(self) -> tuple[str, BaseException] | None:
+        """The first task (in creation order) that failed and whose exception nobody
+        retrieved, nor will: no callback of the task's is still waiting to run (an
+        awaiter's wake-up, ``gather``'s), which would get it first.  Its label and
+        its exception, now marked retrieved; None when there is none."""
         main = self._main
+        waiting = {id(arg) for handle in self._ready if not handle._cancelled
+                   for arg in handle._args}
         for task in self._all_tasks():
-            if task is main or not task.done() or task.cancelled():
+            if (task is main or not task.done() or task.cancelled()
+                    or not task._log_traceback or id(task) in waiting):
                 continue
-            if task._log_traceback:
-                exc = task.exception()
-                if exc is not None:
-                    self.call_exception_handler({"exception": exc, "task": task})
-                    return
+            exc = task.exception()
+            if exc is not None:
+                return getattr(task, "_dst_label", "") or self._name, exc
+        return None
+
+    def report_unretrieved(self) -> bool:
+        """The run ends while this loop's process still runs (at rest, at a ``Deadlock``,
+        at the step bound, once every ``eventually`` held): a task that failed and whose
+        exception nobody retrieved is the run's ``NoUncaughtError``; True if so.
+
+        asyncio says so when such a task is collected ("Task exception was never
+        retrieved"), which ending a program that still holds it would do; a task
+        whose process crashed is not reported (``_kill``), as a killed program
+        logs nothing.  Asked before the run's other findings at its end (the
+        kernel's ``_stop`` and ``_end_quiescent``): the failed task is the likelier
+        cause of a ``Deadlock``, and was found first.
+        """
+        sim = self._sim
+        if self._dead or sim._stopping:
+            return False
+        unseen = self._unseen
+        found = unseen[0] if unseen else self._unretrieved()
+        if found is None:
+            return False
+        unseen.clear()
+        sim.uncaught(cast("Any", _Named(found[0])), found[1])
+        return True
 
     # -- the kernel's side ---------------------------------------------------------
 

@@ -337,6 +337,10 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
     def _stop(self, why: str) -> None:
         if self._stopping:
             return
+        loops = self._loops
+        if loops and why in ("bound", "held") and any(
+                loop.report_unretrieved() for loop in list(loops.values())):
+            return  # stopped at a failed asyncio task nobody awaited (``SimLoop``)
         self._stopping = True
         self.ended = why
         # First: the hold watch would only be asked about each task woken below, and

@@ -186,6 +186,9 @@ class Liveness(SimState):
         wake the rest), or its process was declared ``idle``.  Tasks that wait
         for each other's locks in a cycle are a ``Deadlock`` always.
         """
+        loops = self._loops
+        if loops and any(loop.report_unretrieved() for loop in list(loops.values())):
+            return  # a failed asyncio task nobody awaited: found first, the likelier cause
         stuck: list[str] = []
         mail = self._waiting_for_mail()
         blocked = self._blocked_tasks(mail)
