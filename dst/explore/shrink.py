@@ -17,7 +17,8 @@ tried in this order until none helps (a fixpoint) or the budget runs out:
 
 * drop a fault: the fault choice replaced by the option it is a variant of (the
   message delivered rather than dropped or duplicated, the service call going
-  through), or by the calm default (a crash, a partition);
+  through, a fake's ``NAME.fault`` data choice answered ``none``), or by the calm
+  default (a crash, a partition);
 * delete decisions, delta-debugging style: halves, quarters, ... single ones
   (the rest of the recording shifts up, so a deleted step's task waits until the
   recording or the default gets to it: work that did not matter moves past the
@@ -59,6 +60,7 @@ from ..errors import DivergenceError, UsageError
 from ..runner.single import RunResult, plan_from_dict, run_seeds
 from ..scenario import Scenario
 from ..sim.faults import FaultPlan
+from ..trace.causes import data_fault
 from ..trace.compare import first_divergence
 from ..trace.model import Trace
 from ..trace.render import story
@@ -85,7 +87,8 @@ class Measure:
     """How long a failing story is."""
 
     steps: int  # decisions, the scheduler's and the fakes'
-    faults: int  # faults chosen (crashes, drops, duplicates, partitions, service faults)
+    faults: int  # faults chosen (crashes, drops, duplicates, partitions, service faults,
+    #             slow timers, and a fake's data choice `NAME.fault` other than `none`)
     lines: int  # lines of its story (runtime events, faults, checks)
     virtual_time: float
 
@@ -121,6 +124,8 @@ class _Run:
     enabled: tuple[tuple[str, ...], ...]
     indices: tuple[int, ...]
     faults: int
+    #: Each decision's kind: ``schedule``, or ``data`` (a fake's ``sim.choose``).
+    kinds: tuple[str, ...]
 
     @property
     def key(self) -> tuple[int, int, tuple[int, ...]]:
@@ -129,12 +134,22 @@ class _Run:
     @property
     def shape(self) -> tuple[frozenset[str], bool]:
         """The kinds of fault it chose, and whether it ran a task held at a checkpoint."""
-        return (frozenset(_fault_kind(label) for label in self.labels if is_fault(label)),
+        pairs = zip(self.kinds, self.labels, strict=True)
+        return (frozenset(_fault_kind(label) for kind, label in pairs if _is_fault(kind, label)),
                 any(label.endswith("@run") for label in self.labels))
 
 
+def _is_fault(kind: str, label: str) -> bool:
+    """Whether a decision of ``kind`` choosing ``label`` injects a fault: a scheduler's
+    fault option, or a fake's data choice ``NAME.fault`` other than ``none``."""
+    return data_fault(label) is not None if kind == "data" else is_fault(label)
+
+
 def _fault_kind(label: str) -> str:
-    """``crash``, ``drop``, ``dup``, ``partition``, or a service fault (``fail``, ...)."""
+    """``crash``, ``drop``, ``dup``, ``partition``, a service fault (``fail``, ...), or a
+    fake's (``openai.fault:server_error``)."""
+    if data_fault(label) is not None:
+        return label
     head, colon, _ = label.partition(":")
     if colon and head in ("crash", "drop", "dup", "partition"):
         return head
@@ -142,15 +157,17 @@ def _fault_kind(label: str) -> str:
 
 
 def _as_run(result: RunResult) -> _Run:
-    decisions = [(rec[4], rec[5]) for rec in result.sim.records if rec[0] == "decision"]
-    labels = tuple(enabled[chosen] for enabled, chosen in decisions)
-    return _Run(result, labels, tuple(tuple(e) for e, _ in decisions),
-                tuple(c for _, c in decisions), sum(map(is_fault, labels)))
+    decisions = [(rec[3], rec[4], rec[5]) for rec in result.sim.records if rec[0] == "decision"]
+    labels = tuple(enabled[chosen] for _, enabled, chosen in decisions)
+    kinds = tuple(kind for kind, _, _ in decisions)
+    return _Run(result, labels, tuple(tuple(e) for _, e, _ in decisions),
+                tuple(c for _, _, c in decisions),
+                sum(map(_is_fault, kinds, labels)), kinds)
 
 
 def measure(trace: Trace) -> Measure:
-    decisions = trace.decisions
-    faults = sum(is_fault(enabled[chosen]) for enabled, chosen in decisions)
+    decisions = [r for r in trace.records if r["type"] == "decision"]
+    faults = sum(_is_fault(r["kind"], r["enabled"][r["chosen"]]) for r in decisions)
     return Measure(len(decisions), faults, len(story(trace)),
                    float(trace.footer.get("virtual_time", 0.0)))
 
@@ -320,7 +337,11 @@ def drop_faults(run: _Run, resume: Token) -> Iterator[tuple[Token, Script]]:
     the plain service call), or by the calm default (a crash, a partition)."""
     for i in range(resume or 0, len(run.labels)):
         label = run.labels[i]
-        if is_fault(label):
+        if run.kinds[i] == "data":
+            if data_fault(label) is not None:
+                calm = label.rpartition(":")[0] + ":none"
+                yield i, _with(run, i, calm if calm in run.enabled[i] else None)
+        elif is_fault(label):
             yield i, _with(run, i, without_fault(label, run.enabled[i]))
 
 

@@ -89,10 +89,19 @@ def _injected(rec: dict[str, Any]) -> str | None:
         told = _INJECTED.get(rec["fault"])
         return None if told is None else told.format(target=rec["target"], detail=rec["detail"])
     if rec["type"] == "decision" and rec.get("kind") == "data":
-        label = rec["enabled"][rec["chosen"]]
-        choice, _, option = label.rpartition(":")
-        if choice.endswith(".fault") and option != "none":
-            return f"{choice[:-len('.fault')]}: {option}"
+        found = data_fault(rec["enabled"][rec["chosen"]])
+        if found is not None:
+            return f"{found[0]}: {found[1]}"
+    return None
+
+
+def data_fault(label: str) -> tuple[str, str] | None:
+    """``(fake, fault)`` when a data choice's ``label`` injects a fault, else None: a
+    choice named ``NAME.fault`` whose option is not ``none`` (``openai.fault:server_error``
+    is ``("openai", "server_error")``)."""
+    choice, _, option = label.rpartition(":")
+    if choice.endswith(".fault") and option != "none":
+        return choice[:-len(".fault")], option
     return None
 
 
