@@ -31,9 +31,10 @@ def _scenario(main: Any, *, max_steps: int = 5000, faults: FaultPlan | None = No
                         max_steps=max_steps, **({"faults": faults} if faults else {}))
 
     @scenario.setup
-    def setup(sim: Sim, config: dict[str, Any]) -> None:
-        sim.store("db")
+    def setup(sim: Sim, config: dict[str, Any]) -> Any:
+        db = sim.store("db")
         sim.process("p", main, stores=["db"], runtime="asyncio", **process)
+        return db
 
     return scenario
 
@@ -92,6 +93,21 @@ def test_a_failed_task_held_when_the_run_ends_at_its_step_bound_is_an_uncaught_e
         [message] = _violations(result)
         assert message.startswith(_FOUND)
         _replays_identically(scenario, result)
+
+
+def test_a_failed_task_held_when_every_eventually_held_is_an_uncaught_error() -> None:
+    """A system that never rests ends once its ``eventually`` properties hold: that end
+    is the program's too."""
+    scenario = _scenario(_serves_for_ever)
+
+    @scenario.eventually("Ticked", within=10)
+    def ticked(world: Any) -> bool:
+        return bool(world.peek("tick"))
+
+    result = run_one(scenario, scenario.config(), 0)
+    assert result.violated == ["NoUncaughtError"]
+    assert _violations(result)[0].startswith(_FOUND)
+    _replays_identically(scenario, result)
 
 
 def test_a_failed_task_of_a_process_that_crashed_is_not_reported() -> None:
