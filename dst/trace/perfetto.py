@@ -35,6 +35,11 @@ What the timeline infers, and from what (no field a trace lacks is assumed):
   ``!delay`` or ``!repeat`` when the call suffered that fault) join the
   caller's lane to the service's.
 - **Bands.** ``crash`` to ``restart``, ``partition`` to ``heal`` (or to the end).
+- **Slow faults.** A ``slow`` fault names only its timer (``timer@T``), and no
+  record says whose timer it was; it is marked on the lane of the task it woke:
+  the one whose parked call it took away (a timeout cancelled the call), else the
+  first to log in its step, else those with an option new at the next decision;
+  on the timers lane when the records say nothing of it.  Never a lane of its own.
 
 Every string here is still raw trace text: each renderer escapes it for its own
 medium.
@@ -347,6 +352,10 @@ class _Builder:
                                       "fault", at, text, True))
         elif what == "service":
             self.tl.marks.append(Mark(self.world(target), "fault", at, text, True))
+        elif what == "slow":  # target: the timer, whose owner no record names
+            woken = _woken(self.tl.trace.records, at)
+            for lane in [self.actor(task) for task in woken] or [("timers", "")]:
+                self.tl.marks.append(Mark(lane, "fault", at, text, True))
         else:  # refused, stale, and kinds a newer kernel records
             self.tl.marks.append(Mark(self.actor(target), "fault", at, text, True))
 
@@ -400,6 +409,41 @@ def _processes(trace: Trace) -> list[str]:
                         source = route.partition("->")[0]
                     found.update((source, route[len(source) + 2:]))
     return sorted(found, key=lambda name: (-len(name), name))
+
+
+def _woken(records: list[dict[str, Any]], at: int) -> list[str]:
+    """The tasks the timer fired by the decision before record ``at`` woke (a trace names
+    no timer's owner): those whose parked options it took away (a timeout cancelled the
+    call), else the first task that logged in its step, else those with an option new at
+    the next decision; none when the records say nothing of it."""
+    fired = next((i for i in range(at - 1, -1, -1) if records[i]["type"] == "decision"), None)
+    if fired is None:
+        return []
+    after = next((r for r in records[at + 1:] if r["type"] == "decision"), None)
+    before = _task_options(records[fired]["enabled"])
+    later = _task_options(after["enabled"]) if after is not None else {}
+    if after is not None:
+        gone = [task for option, task in before.items() if option not in later]
+        if gone:
+            return list(dict.fromkeys(gone))
+    step = records[fired]["step"]
+    for rec in records[fired + 1:]:
+        if rec["step"] != step or rec["type"] == "decision":
+            break
+        if rec["type"] == "event":
+            return [rec["actor"]]
+    return list(dict.fromkeys(task for option, task in later.items() if option not in before))
+
+
+def _task_options(enabled: list[str]) -> dict[str, str]:
+    """The tasks' options among ``enabled`` (fault variants folded into the call), each
+    with its task."""
+    out: dict[str, str] = {}
+    for label in enabled:
+        found = None if label.startswith("timer@") else _TASK.match(label)
+        if found is not None:
+            out[_without_fault(label)] = found.group(1)
+    return out
 
 
 def _without_fault(label: str) -> str:
@@ -512,8 +556,8 @@ class _Exporter:
                 self.instant(self.lane(mark.lane), mark.label, mark.kind, mark.at, args)
         if tl.violation_at is not None:
             at = tl.violation_at
-            self.instant(self.lane(("checks", "")), "VIOLATED " + _told(
-                tl.trace.records[at]), "violation", at, self.where(at), scope="g")
+            self.instant(self.lane(("checks", "")), _told(tl.trace.records[at]), "violation",
+                         at, self.where(at), scope="g")
         for n, arrow in enumerate(tl.arrows, 1):
             self.flow(n, arrow)
         for events in self._slices.values():
