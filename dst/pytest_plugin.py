@@ -34,6 +34,7 @@ ran so (``dst.testing.hash_seed_note``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,9 +130,11 @@ class PinnedTrace(pytest.Item):
         self.fixed = fixed
 
     def runtest(self) -> None:
-        from dst.testing import check_pinned
+        from dst.testing import check_pinned, read_pin
 
-        check_pinned(_shown(self.path), fixed=self.fixed)
+        pin = read_pin(_shown(self.path))
+        found = _imported(self.config, pin.scenario) if pin.scenario else None
+        check_pinned(pin, fixed=self.fixed, scenario=found[0] if found else None)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> Any:
@@ -144,6 +147,54 @@ class PinnedTrace(pytest.Item):
     def reportinfo(self) -> tuple[Path, int | None, str]:
         how = "after the fix" if self.fixed else "replayed identically"
         return self.path, None, f"pinned trace {self.path.name}, {how}"
+
+
+def _imported(config: pytest.Config, ref: str) -> tuple[Any, str] | None:
+    """The scenario a file reference names (``FILE.py``, or ``FILE.py::NAME`` for a
+    ``@dst.test``), from the file imported as pytest imports a test file, and the
+    reference shortened for a replay line; None when ``ref`` is no file or the module
+    holds no such scenario (dst's own loader then says what is wrong, in one line).
+
+    Under the import mode pytest runs in (``--import-mode``, ``prepend`` by default)
+    and by the name pytest gives the file: a test file pytest collected is the module
+    its tests run in, not a second copy of it with its own state, and a scenario file
+    is imported once, by the name a test importing it gets.  In ``importlib`` mode,
+    nothing is put on ``sys.path`` that pytest would not put there.
+    """
+    from dst.registry import shown_path
+    from dst.scenario import Scenario
+
+    file, _, name = ref.partition("::")
+    path = Path(file)
+    if path.suffix != ".py" or not path.is_file():
+        return None
+    try:
+        module = _import_path(config, path)
+    except Exception:  # a file that does not import: told by dst's loader, in one line
+        return None
+    held = getattr(module, name, None) if name else None
+    scenario = getattr(held, "scenario", None) if name else getattr(module, "scenario", None)
+    if name and not isinstance(scenario, Scenario):
+        main = getattr(module, "scenario", None)
+        scenario = main if isinstance(main, Scenario) and main.name == name else None
+    if not isinstance(scenario, Scenario):
+        return None
+    return scenario, shown_path(str(path)) + (f"::{name}" if name else "")
+
+
+def _import_path(config: pytest.Config, path: Path) -> Any:
+    """The module at ``path`` as pytest imports a test file: pytest's own ``import_path``
+    under the session's ``importmode`` and rootdir (the one private hook of pytest this
+    plugin uses; ``consider_namespace_packages`` exists from pytest 8.1)."""
+    from _pytest.pathlib import import_path
+
+    options: dict[str, Any] = {}
+    try:
+        options["consider_namespace_packages"] = config.getini("consider_namespace_packages")
+    except ValueError:  # pytest 8.0
+        pass
+    return import_path(Path(os.path.abspath(path)), mode=config.getoption("importmode"),
+                       root=config.rootpath, **options)
 
 
 def _shown(path: Path) -> Path:
@@ -175,6 +226,10 @@ def pytest_runtest_call(item: pytest.Item) -> None:
             from dst.registry import near
 
             scenario = near(scenario, item.path)
+            found = _imported(item.config, scenario)
+            if found is not None:  # imported as pytest imports it (its import mode)
+                scenario, kwargs["scenario_ref"] = found[0], kwargs.get(
+                    "scenario_ref", found[1])
         check_seeds(scenario, **kwargs)
         failure = None
     except AssertionError as exc:

@@ -282,7 +282,8 @@ def pinned_traces(*directories: str | os.PathLike[str]) -> list[Pin]:
 
 
 def check_pinned(pin: Pin | str | os.PathLike[str], *, fixed: bool = False,
-                 out: str | os.PathLike[str] | None = None, _here: bool = False) -> str:
+                 out: str | os.PathLike[str] | None = None, scenario: Scenario | None = None,
+                 _here: bool = False) -> str:
     """Replay a pinned trace; raise ``AssertionError`` when it no longer holds.
 
     By default the replay must be identical: every record byte for byte, so the
@@ -290,12 +291,15 @@ def check_pinned(pin: Pin | str | os.PathLike[str], *, fixed: bool = False,
     where they are still enabled (elsewhere the calm default) and must pass:
     the bug it pinned is fixed; when it does not, its trace is written under
     ``out`` (``traces/failures/`` by default) as ``NAME-after-fix.jsonl``.
-    Returns one line saying what held.
+    Returns one line saying what held.  ``scenario``: the pin's scenario, when the
+    caller imported its file already (pytest's plugin imports it as pytest imports a
+    test file, under the import mode pytest runs in); else dst imports what the pin
+    names.
     """
     p = pin if isinstance(pin, Pin) else read_pin(pin)
     try:
         trace = read_trace(p.path)
-        scenario = _pinned_scenario(p, trace)
+        scenario = _pinned_scenario(p, trace, given=scenario)
     except DstError as err:
         raise AssertionError(" ".join(str(err).split())) from None
     recorded = trace.header.get("hash_seed")
@@ -309,7 +313,8 @@ def check_pinned(pin: Pin | str | os.PathLike[str], *, fixed: bool = False,
     return message
 
 
-def _pinned_scenario(pin: Pin, trace: Trace, *, pinning: bool = False) -> Scenario:
+def _pinned_scenario(pin: Pin, trace: Trace, *, pinning: bool = False,
+                     given: Scenario | None = None) -> Scenario:
     name = trace.header["scenario"]
     if pin.scenario is None:
         if not is_shipped(name):
@@ -322,7 +327,7 @@ def _pinned_scenario(pin: Pin, trace: Trace, *, pinning: bool = False) -> Scenar
                    ", and its pin does not say where it lives; pin it again: ")
                 + f"dst pin {pin.path} --scenario {ref}")
         return load(name)
-    scenario = load(pin.scenario)
+    scenario = given if given is not None else load(pin.scenario)
     if scenario.name != name:
         raise UsageError(f"{pin.scenario} defines scenario {scenario.name!r}, but {pin.path} "
                          f"is a trace of {name!r}")

@@ -507,3 +507,93 @@ def test_check_of_a_scenario_whose_setup_raises_is_a_broken_scenario(tmp_path: P
     one_line_error(invoke("check", str(path), "--seeds", "3"), 4, "setup of promises raised",
                    "KeyError")
 
+
+
+#: A project for pytest's import modes: a scenario file a test imports and marks, and a
+#: failing @dst.test whose trace is pinned; conftest reports every module of the tests/
+#: files and which of tests/ is on sys.path, once the session is over.
+MODES = {
+    "tests/tally.py": '''
+import trio
+
+from dst import Scenario
+
+RUNS = {"n": 0}
+scenario = Scenario("tally", doc="counts its runs in the module that holds it")
+
+
+@scenario.setup
+def setup(sim, config):
+    RUNS["n"] += 1
+
+    async def main(env):
+        await trio.sleep(0)
+
+    sim.process("p", main)
+    return RUNS
+''',
+    "tests/test_modes.py": '''
+import sys
+
+import pytest
+import trio
+
+import dst
+
+BROKEN = True
+
+
+def _tally():
+    return next(m for m in list(sys.modules.values())
+                if (getattr(m, "__file__", "") or "").endswith("tally.py"))
+
+
+@pytest.mark.dst("tally.py", seeds=3)
+def test_marked_seeds_run_in_the_module_the_test_sees():
+    assert _tally().RUNS["n"] == 3
+
+
+@dst.test(seeds=1)
+async def test_pinned():
+    await trio.sleep(0)
+    assert not BROKEN, "pinned"
+''',
+    "tests/conftest.py": '''
+import json
+import os
+import sys
+
+
+def pytest_sessionfinish(session):
+    here = os.path.dirname(os.path.abspath(__file__))
+    modules = sorted(name for name, m in list(sys.modules.items())
+                     if os.path.dirname(os.path.abspath(getattr(m, "__file__", None) or "/"))
+                     == here and not name.endswith("conftest"))
+    with open(os.path.join(here, "..", "modules.json"), "w") as f:
+        json.dump({"modules": modules, "tests_on_path": here in sys.path}, f)
+''',
+}
+
+
+@pytest.mark.parametrize("mode", ["prepend", "importlib"])
+def test_the_plugin_imports_scenario_and_test_files_as_the_import_mode_pytest_runs_in(
+        tmp_path: Path, mode: str) -> None:
+    """A marked test's scenario file and a pinned @dst.test's file are imported once, as
+    pytest imports them under --import-mode (the module the tests see, with its state),
+    and importlib mode puts nothing of the tests' directory on sys.path."""
+    for name, text in MODES.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    first = _pytest(tmp_path, f"--import-mode={mode}", "tests/test_modes.py::test_pinned")
+    [failed] = (tmp_path / "traces" / "failures").glob("*test_pinned-0.jsonl")
+    assert first.returncode == 1 and f"replay: dst replay traces/failures/{failed.name} " \
+        "--scenario tests/test_modes.py::test_pinned" in first.stdout, first.stdout
+    pin_trace(failed, directory=tmp_path / "traces" / "regressions",
+              scenario=str(tmp_path / "tests" / "test_modes.py") + "::test_pinned")
+    ran = _pytest(tmp_path, f"--import-mode={mode}",
+                  "--deselect", "tests/test_modes.py::test_pinned")
+    assert ran.returncode == 0 and "2 passed, 1 deselected" in ran.stdout, ran.stdout
+    seen = json.loads((tmp_path / "modules.json").read_text(encoding="utf-8"))
+    expected = ["tally", "test_modes"] if mode == "prepend" else \
+        ["tests.tally", "tests.test_modes"]
+    assert seen == {"modules": expected, "tests_on_path": mode == "prepend"}, seen
