@@ -3,7 +3,8 @@
 dst does not import structlog itself (``dst/sim/logs.py``): a run routes it into the
 trace from its start when it is already imported, and from the moment the code under
 test imports it otherwise.  structlog imported after dst takes rich (which it only
-needs to render an exception) on first use, and renders exactly as it would have.
+needs to render an exception) and asyncio (for its async methods) on first use, and
+renders and logs exactly as it would have.
 """
 
 from __future__ import annotations
@@ -94,14 +95,15 @@ def test_a_run_records_the_same_trace_whether_structlog_was_imported_before_it_o
 
 
 #: Prints what structlog's default renderer makes of a logged exception (argv[1]:
-#: import dst's logging module first or not) and whether rich was imported before it.
+#: import dst's logging module first or not), what its async methods log, and whether
+#: rich or asyncio was imported before they were used.
 RENDER = '''
 import io, json, sys
 if sys.argv[1] == "dst":
     import dst.sim.logs
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
-before = sorted(m for m in sys.modules if m.split(".")[0] in ("rich", "pygments"))
+before = sorted(m for m in sys.modules if m.split(".")[0] in ("rich", "pygments", "asyncio"))
 def caught():
     table = {"present": 1}
     try:
@@ -114,13 +116,21 @@ plain = renderer(None, "error", {"event": "failed", "exc_info": exc_info})
 colored = structlog.dev.ConsoleRenderer(colors=True)(None, "error",
                                                      {"event": "failed", "exc_info": exc_info})
 frames = ExceptionDictTransformer(show_locals=True)(exc_info)
+from structlog.testing import capture_logs
+async def log_async():
+    await structlog.get_logger().ainfo("async", n=1)
+    await structlog.stdlib.get_logger().ainfo("async stdlib", n=2)
+with capture_logs() as logged:
+    import asyncio
+    asyncio.run(log_async())
 print(json.dumps({"before": before, "plain": plain, "colored": colored,
                   "dict": json.dumps(frames, default=repr, sort_keys=True),
+                  "async": logged,
                   "formatter": type(structlog.dev.default_exception_formatter).__name__}))
 '''
 
 
-def test_structlog_imported_after_dst_takes_rich_on_first_use_and_renders_the_same(
+def test_structlog_imported_after_dst_takes_rich_and_asyncio_on_first_use_and_logs_the_same(
     tmp_path: Path,
 ) -> None:
     shown = {}
@@ -131,8 +141,9 @@ def test_structlog_imported_after_dst_takes_rich_on_first_use_and_renders_the_sa
         assert done.returncode == 0, done.stderr
         shown[how] = json.loads(done.stdout)
     assert shown["dst"]["before"] == []
-    assert shown["plain"]["before"] != []  # structlog imports rich itself
+    assert {m.split(".")[0] for m in shown["plain"]["before"]} == {"rich", "pygments", "asyncio"}
     assert shown["dst"]["formatter"] == shown["plain"]["formatter"] == "RichTracebackFormatter"
-    for part in ("plain", "colored", "dict"):
+    for part in ("plain", "colored", "dict", "async"):
         assert shown["dst"][part] == shown["plain"][part], part
     assert "KeyError" in shown["dst"]["plain"]
+    assert [e["event"] for e in shown["dst"]["async"]] == ["async", "async stdlib"]

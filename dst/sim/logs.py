@@ -19,11 +19,12 @@ from its start when structlog is already imported, and otherwise from the
 moment the code under test first imports it (a one-shot import hook, installed
 when this module is imported, configures structlog as its import completes), so
 the events of a run, and its trace, are the same whenever structlog was
-imported.  The same hook imports structlog without rich: ``structlog.dev`` and
-``structlog.tracebacks`` import rich (and with it pygments and
-``importlib.metadata``, most of structlog's import time) only to render an
-exception, which no run does, so they are given stand-ins that import the real
-rich modules the first time they are used (``_LazyRich``).
+imported.  The same hook imports structlog without rich and asyncio:
+``structlog.dev`` and ``structlog.tracebacks`` import rich (and with it pygments
+and ``importlib.metadata``, most of structlog's import time) only to render an
+exception, which no run does, and ``structlog.stdlib`` and ``structlog._native``
+import asyncio only for their ``async`` methods, so they are given stand-ins that
+import the real modules the first time they are used (``_Deferred``).
 """
 
 from __future__ import annotations
@@ -265,11 +266,11 @@ def structlog_to_trace() -> Iterator[None]:
         routing.stop()
 
 
-# -- importing structlog: routed from the moment it is imported, rich on first use --------
+# -- importing structlog: routed from the moment it is imported, rich and asyncio on use --
 
 
-class _LazyRich(types.ModuleType):
-    """A stand-in for a rich module while structlog imports it.
+class _Deferred(types.ModuleType):
+    """A stand-in for a module (rich, asyncio) while structlog imports it.
 
     Any attribute is a ``_LazyName`` (a dunder is missing, so the import system
     sees a plain module, not a package), so ``from rich.console import Console``
@@ -279,6 +280,10 @@ class _LazyRich(types.ModuleType):
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):
             raise AttributeError(attr)
+        real = sys.modules.get(self.__name__)
+        if real is not None and real is not self:  # imported since: no detour
+            with contextlib.suppress(AttributeError):
+                return getattr(real, attr)
         return _LazyName(self.__name__, attr)
 
 
@@ -311,25 +316,31 @@ class _LazyName:
         return f"<{'.'.join(self._where)}, imported when first used>"
 
 
-#: What structlog imports from rich (26.1: ``structlog.dev`` and ``structlog.tracebacks``).
-_RICH_MODULES = ("rich", "rich.console", "rich.traceback", "rich.pretty")
+#: Per package structlog imports only to use later (26.1): the modules of it that
+#: structlog imports, and the modules of structlog that keep it under its name.
+_DEFERRED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "rich": (("rich", "rich.console", "rich.traceback", "rich.pretty"),
+             ("structlog.dev", "structlog.tracebacks")),
+    "asyncio": (("asyncio",), ("structlog._native", "structlog.stdlib")),
+}
 
 
-def _rich_standins() -> dict[str, _LazyRich]:
-    """Stand-ins for ``_RICH_MODULES``, or none when rich is imported or not installed."""
-    if "rich" in sys.modules or importlib.util.find_spec("rich") is None:
-        return {}
-    return {name: _LazyRich(name) for name in _RICH_MODULES}
+def _standins() -> dict[str, _Deferred]:
+    """Stand-ins for the packages of ``_DEFERRED`` not imported yet (and installed)."""
+    return {name: _Deferred(name) for package, (modules, _) in _DEFERRED.items()
+            if package not in sys.modules and importlib.util.find_spec(package) is not None
+            for name in modules}
 
 
-def _saw_rich() -> bool:
-    """Whether structlog took the stand-ins for rich (rather than deciding it is missing)."""
-    return all(isinstance(getattr(sys.modules.get(name), "rich", None), _LazyRich)
-               for name in ("structlog.dev", "structlog.tracebacks"))
+def _taken(standins: dict[str, _Deferred]) -> bool:
+    """Whether structlog took the stand-ins (rather than deciding a package is missing)."""
+    return all(isinstance(getattr(sys.modules.get(user), package, None), _Deferred)
+               for package, (_, users) in _DEFERRED.items() if package in standins
+               for user in users)
 
 
 class _StructlogLoader(importlib.abc.Loader):
-    """structlog's own loader, with rich's stand-ins in place while it runs."""
+    """structlog's own loader, with the stand-ins of ``_DEFERRED`` in place while it runs."""
 
     def __init__(self, spec: importlib.machinery.ModuleSpec, loader: Any) -> None:
         self._spec, self._loader = spec, loader
@@ -341,11 +352,11 @@ class _StructlogLoader(importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         _StructlogImport.remove()
         self._spec.loader = module.__loader__ = self._loader  # structlog's, as it would be
-        standins = _rich_standins()
+        standins = _standins()
         sys.modules.update(standins)
         try:
             self._loader.exec_module(module)
-            lazy = _saw_rich()
+            lazy = _taken(standins)
         except Exception:
             if not standins:
                 raise
@@ -355,7 +366,7 @@ class _StructlogLoader(importlib.abc.Loader):
                 if sys.modules.get(name) is standin:
                     del sys.modules[name]
         if standins and not lazy:
-            # A structlog that uses rich otherwise than these stand-ins expect: import
+            # A structlog that uses them otherwise than these stand-ins expect: import
             # it again, as if nothing stood in.
             for name in [m for m in sys.modules if m.startswith("structlog.")]:
                 del sys.modules[name]
