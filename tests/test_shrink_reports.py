@@ -80,3 +80,98 @@ def test_shrink_counts_a_fakes_data_choice_faults_before_and_after(tmp_path: Pat
     assert data_faults(str(out)) == ["payments.fault:fail"]
     told = invoke("shrink", trace, "--scenario", str(source), "-o", str(out))
     assert f"1 fault (from {len(data_faults(trace))})" in told.stdout.splitlines()[0]
+
+
+DEADLOCK = '''
+import trio
+
+from dst import Env, FaultPlan, Scenario, Sim
+
+scenario = Scenario("bank", doc="two transfers take two locks in opposite orders",
+                    faults=FaultPlan(preemptions=2))
+
+
+async def bank(env: Env) -> None:
+    a, b = trio.Lock(), trio.Lock()
+
+    async def transfer(first, second):
+        async with first:
+            await trio.sleep(0)
+            async with second:
+                pass
+
+    await env.store.put("start", 1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transfer, a, b)
+        nursery.start_soon(transfer, b, a)
+
+
+async def audit(env: Env) -> None:
+    for i in range(5):
+        await env.store.put(f"audit/{i}", i)
+        await env.net.send("ledger", {"i": i})
+        await env.clock.sleep(1)
+
+
+async def ledger(env: Env) -> None:
+    for _ in range(5):
+        message = await env.net.recv()
+        await env.store.put(f"ledger/{message.body['i']}", 1)
+
+
+@scenario.setup
+def setup(sim: Sim, config: dict) -> None:
+    sim.store("db")
+    sim.process("bank", bank, stores=["db"])
+    sim.process("audit", audit, stores=["db"])
+    sim.process("ledger", ledger, stores=["db"])
+'''
+
+
+def banks_last_step(path: str) -> int:
+    """The step of the last decision of the bank's tasks: where its deadlock formed."""
+    return max(r["step"] for r in read_trace(path).records
+               if r["type"] == "decision" and r["enabled"][r["chosen"]].startswith("bank"))
+
+
+def violation(path: str) -> str:
+    return next(str(r["message"]) for r in read_trace(path).records if r["type"] == "violation")
+
+
+def test_a_deadlock_of_several_processes_shrinks_to_the_story_of_the_tasks_it_names(
+        tmp_path: Path) -> None:
+    """Every run deadlocks only at rest, after the audit and the ledger have done all their
+    work, so no run is shorter in steps; the shrunk one has the bank's step first."""
+    source = tmp_path / "bank.py"
+    source.write_text(DEADLOCK, encoding="utf-8")
+    found = failures(source, tmp_path, 20)
+    assert {tuple(f["violated"]) for f in found} == {("Deadlock",)}
+    trace = max((f["trace"] for f in found), key=banks_last_step)
+    assert banks_last_step(trace) > 1
+    out = tmp_path / "min.jsonl"
+    done = invoke("shrink", trace, "--scenario", str(source), "-o", str(out), "--json")
+    assert done.exit_code == 1, done.output
+    report = json.loads(done.stdout)
+    assert report["formed"] == {"before": banks_last_step(trace), "after": 1}
+    assert banks_last_step(str(out)) == 1
+    assert report["steps"]["after"] <= report["steps"]["before"]
+    assert violation(str(out)) == violation(trace)  # the same tasks, waiting where they did
+    replayed = invoke("replay", str(out), "--scenario", str(source))
+    assert replayed.exit_code == 1 and replayed.stdout.startswith("identical: ")
+
+    told = invoke("shrink", trace, "--scenario", str(source), "-o", str(out)).stdout
+    lines = told.splitlines()
+    assert f"formed by step 1 (from {banks_last_step(trace)})" in lines[0]
+    assert "bank@db.put(start)" in lines[2]
+    assert "after step 1, the last step of bank, left out (dst show tells them)" in lines[3]
+    assert "VIOLATED Deadlock: nothing left can wake bank/transfer waits" in lines[4]
+    assert lines[5].startswith("  trace:  ")
+
+
+def test_a_failure_that_is_no_deadlock_reports_no_formation(tmp_path: Path) -> None:
+    source = tmp_path / "shop.py"
+    source.write_text(FAKE_FAULTS, encoding="utf-8")
+    trace = failures(source, tmp_path, 30)[0]["trace"]
+    done = invoke("shrink", trace, "--scenario", str(source), "-o", str(tmp_path / "m.jsonl"),
+                  "--json")
+    assert json.loads(done.stdout)["formed"] is None

@@ -22,6 +22,7 @@ import click
 
 from ..errors import DstError, UsageError
 from ..explore.shrink import ShrinkResult, shrink
+from ..explore.stuck import deadlock, rows_of_trace
 from ..registry import load
 from ..trace.codec import read_trace, write_trace
 from ..trace.render import STORY_TAIL, counted, story
@@ -67,19 +68,40 @@ def _report(res: ShrinkResult, source: str, out: Path, replay: str) -> dict[str,
             "faults": {"before": b.faults, "after": a.faults},
             "story_lines": {"before": b.lines, "after": a.lines},
             "virtual_time": {"before": b.virtual_time, "after": a.virtual_time},
+            "formed": None if a.formed is None else {"before": b.formed, "after": a.formed},
             "runs": res.runs, "accepted": res.accepted, "seconds": round(res.seconds, 3),
             "stopped": res.stopped, "replay": replay}
 
 
 def print_story(trace: Any, header: str) -> None:
-    """A trace's story, as ``dst run`` tells its first failure."""
-    lines = story(trace)
-    shown = lines[-STORY_TAIL:]
-    width = max([len(actor) for _, _, actor, _ in shown] + [8])
-    time_w = max([len(t) for _, t, _, _ in shown] + [0])
-    tail = f"; the last {len(shown)} shown" if len(shown) < len(lines) else ""
+    """A trace's story, as ``dst run`` tells its first failure.
+
+    A ``Deadlock``'s is told to the step it formed at (``dst.explore.stuck``), then
+    its verdict: the lines between, the other processes running to rest, are counted.
+    """
+    lines = list(enumerate(story(trace), 1))
+    end, cut = len(lines), len(lines)
+    stuck = deadlock(rows_of_trace(trace))
+    if stuck is not None:
+        while end and lines[end - 1][1][2] in ("why", "check"):
+            end -= 1
+        cut = sum(1 for _, line in lines[:end] if line[0] <= stuck.formed)
+    shown = lines[:cut][-STORY_TAIL:]
+    width = max([len(line[2]) for _, line in shown + lines[end:]] + [8])
+    time_w = max([len(line[1]) for _, line in shown + lines[end:]] + [0])
+    tail = f"; the last {len(shown)} shown" if len(shown) < cut else ""
+    if stuck is not None:
+        tail += f"; the deadlock formed by step {stuck.formed}"
     click.echo(f"  story ({counted(len(lines), 'line')}, {header}{tail}):")
-    for i, (_step, t, actor, told) in enumerate(shown, len(lines) - len(shown) + 1):
+    for i, (_step, t, actor, told) in shown:
+        click.echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {told}")
+    if stuck is not None and end > cut:
+        whose = ", ".join(stuck.processes)
+        after = (f"after step {stuck.formed}, the last step of {whose}" if stuck.formed
+                 else f"none of them a step of {whose}")
+        click.echo(f"         {counted(end - cut, 'line')} {after}, left out "
+                   "(dst show tells them)")
+    for i, (_step, t, actor, told) in lines[max(end, cut):]:
         click.echo(f"    {i:>3}  {t:>{time_w}}  {actor:<{width}}  {told}")
 
 
@@ -143,7 +165,10 @@ def command(trace_path: str, scenario_ref: str | None, output: str | None, budge
     else:
         b, a = res.before, res.after
         click.echo(f"shrunk {trace_path}: {res.invariant} violated in "
-                   f"{counted(a.steps, 'step')} (from {b.steps}), {counted(a.faults, 'fault')} "
+                   f"{counted(a.steps, 'step')} (from {b.steps}), "
+                   + (f"formed by step {a.formed} (from {b.formed}), "
+                      if a.formed is not None else "")
+                   + f"{counted(a.faults, 'fault')} "
                    f"(from {b.faults}), story {counted(a.lines, 'line')} (from {b.lines}); "
                    f"{counted(res.runs, 'run')} in {res.seconds:.1f}s, "
                    f"{_STOPPED.get(res.stopped, res.stopped)}")

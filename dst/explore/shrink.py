@@ -42,6 +42,13 @@ than the best story of its own shape becomes the run to shrink too.  (The same
 idea as a test-case reducer that also tries fresh inputs: cheap next to the
 mutations, and it escapes a local minimum no deletion can leave.)
 
+A ``Deadlock`` is judged at rest, after every other process has done all its work,
+so its runs are all about as long: there, "smaller" means first that the deadlock
+formed earlier (the last step of the processes it names, ``dst.explore.stuck``),
+and "the same failure" that the same tasks wait in the same places.  The other
+processes' work then follows the deadlocked tasks' own story instead of being
+woven into it, and ``dst shrink`` tells the story to where the deadlock formed.
+
 The restarts' generator is seeded from the trace: the same trace and scenario
 give the same result, unless the wall-clock budget cuts the search short (then
 the result is the best found so far).  The output trace is the accepted run's own, rendered
@@ -65,6 +72,7 @@ from ..trace.compare import first_divergence
 from ..trace.model import Trace
 from ..trace.render import story
 from .follow import Follow, is_fault, is_timer, without_fault
+from .stuck import deadlock, rows_of_records, rows_of_trace
 
 #: The strategy name the shrunk trace's header carries.
 STRATEGY = "shrink"
@@ -91,6 +99,9 @@ class Measure:
     #             slow timers, and a fake's data choice `NAME.fault` other than `none`)
     lines: int  # lines of its story (runtime events, faults, checks)
     virtual_time: float
+    #: A ``Deadlock``'s: the last step of the processes it names (``dst.explore.stuck``);
+    #: None for any other failure.
+    formed: int | None = None
 
 
 @dataclass
@@ -126,10 +137,14 @@ class _Run:
     faults: int
     #: Each decision's kind: ``schedule``, or ``data`` (a fake's ``sim.choose``).
     kinds: tuple[str, ...]
+    #: A ``Deadlock``'s waits (what makes it the same one), and the step it formed at;
+    #: None and 0 for any other failure.
+    waits: tuple[str, ...] | None = None
+    formed: int = 0
 
     @property
-    def key(self) -> tuple[int, int, tuple[int, ...]]:
-        return (len(self.labels), self.faults, self.indices)
+    def key(self) -> tuple[int, int, int, tuple[int, ...]]:
+        return (self.formed, len(self.labels), self.faults, self.indices)
 
     @property
     def shape(self) -> tuple[frozenset[str], bool]:
@@ -160,16 +175,20 @@ def _as_run(result: RunResult) -> _Run:
     decisions = [(rec[3], rec[4], rec[5]) for rec in result.sim.records if rec[0] == "decision"]
     labels = tuple(enabled[chosen] for _, enabled, chosen in decisions)
     kinds = tuple(kind for kind, _, _ in decisions)
+    stuck = deadlock(rows_of_records(result.sim.records))
     return _Run(result, labels, tuple(tuple(e) for _, e, _ in decisions),
                 tuple(c for _, _, c in decisions),
-                sum(map(_is_fault, kinds, labels)), kinds)
+                sum(map(_is_fault, kinds, labels)), kinds,
+                None if stuck is None else stuck.waits, 0 if stuck is None else stuck.formed)
 
 
 def measure(trace: Trace) -> Measure:
     decisions = [r for r in trace.records if r["type"] == "decision"]
     faults = sum(_is_fault(r["kind"], r["enabled"][r["chosen"]]) for r in decisions)
+    stuck = deadlock(rows_of_trace(trace))
     return Measure(len(decisions), faults, len(story(trace)),
-                   float(trace.footer.get("virtual_time", 0.0)))
+                   float(trace.footer.get("virtual_time", 0.0)),
+                   None if stuck is None else stuck.formed)
 
 
 class _Search:
@@ -185,6 +204,17 @@ class _Search:
         self.accepted = 0
         self.stopped: str | None = None
         self.best: _Run | None = None
+        #: The original's deadlock waits, which every accepted run must have (None: no
+        #: deadlock); set from the original's run.
+        self.waits: tuple[str, ...] | None = None
+
+    def same(self, result: RunResult) -> _Run | None:
+        """``result`` as a run, when it broke the target first (the same deadlock, for a
+        ``Deadlock``); else None."""
+        if not result.violated or result.violated[0] != self.target:
+            return None
+        run = _as_run(result)
+        return run if run.waits == self.waits else None
 
     def _spent(self) -> bool:
         if self.stopped is None and (time.monotonic() >= self.deadline or (
@@ -225,10 +255,9 @@ class _Search:
                 yield self.seed
 
         def judge(result: RunResult) -> None:
-            if result.violated and result.violated[0] == self.target:
-                run = _as_run(result)
-                if run.key < best.key:
-                    found.append((current[0][0], run))
+            run = self.same(result)
+            if run is not None and run.key < best.key:
+                found.append((current[0][0], run))
 
         def follow(_seed: int) -> Follow:
             return Follow(current[0][1], name=STRATEGY)
@@ -257,8 +286,8 @@ class _Search:
                 yield seed
 
         def judge(result: RunResult) -> None:
-            if result.violated and result.violated[0] == self.target:
-                run = _as_run(result)
+            run = self.same(result)
+            if run is not None:
                 known = found.get(run.shape)
                 if known is None or run.key < known.key:
                     found[run.shape] = run
@@ -418,6 +447,7 @@ def shrink(scenario: Scenario, trace: Trace, *, budget: float = 30.0,
         raise DivergenceError(f"{shown} does not reproduce under the scenario as it is now "
                               f"({differs}); shrinking needs a trace that replays")
     search.best = _as_run(original)
+    search.waits = search.best.waits
     try:
         search.fixpoint()
         if search.stopped is None:
