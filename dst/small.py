@@ -405,6 +405,7 @@ class _Setup:
                 if _is_skip(leaf):
                     if self.skipped is None:
                         self.skipped = leaf
+                    _skipped(sim, leaf)
                     return
                 if not isinstance(leaf, AssertionError):
                     raise
@@ -421,6 +422,28 @@ def _is_skip(exc: BaseException) -> bool:
     """``pytest.skip()``: the test does not apply here, whatever the seed."""
     runner = sys.modules.get("pytest")
     return runner is not None and isinstance(exc, runner.skip.Exception)
+
+
+#: The event a run records when its body calls ``pytest.skip()``, and the attribute
+#: of the run that holds the skip's reason (read by :func:`skip_reason`).
+SKIPPED = "skipped"
+_REASON = "dst_skip_reason"
+
+
+def _skipped(sim: Sim, exc: BaseException) -> None:
+    """Record that the body skipped: an event of the process ``test`` with the reason
+    (``dst show`` tells it), and the reason on the run, for ``dst run`` to count the
+    seed as skipped rather than passed (it tested nothing)."""
+    reason = str(getattr(exc, "msg", None) or exc).strip().partition("\n")[0] or "skipped"
+    sim.event(PROCESS, SKIPPED, {"reason": reason})
+    setattr(sim, _REASON, reason)
+
+
+def skip_reason(sim: Sim) -> str | None:
+    """Why the body of a ``@dst.test`` skipped in the run ``sim`` (``pytest.skip(reason)``),
+    or None when it did not."""
+    reason = sim.__dict__.get(_REASON)
+    return reason if isinstance(reason, str) else None
 
 
 def assertion_message(exc: AssertionError) -> str:

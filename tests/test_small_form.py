@@ -7,6 +7,7 @@ says so, expecting them to fail).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -321,6 +322,44 @@ def test_dst_run_of_a_body_that_never_finishes_reports_it_failed_not_passed(
     assert "VIOLATED Unfinished: the test body had not finished after 200 steps" in ran.stdout
     # The decisions are the story (nothing was logged), its end told: the bound's 200.
     assert "  story (201 lines, 200 steps; the last 40 shown):\n    162  " in ran.stdout
+
+
+@dst.test(seeds=3)
+async def skips_on_some_seeds(env: dst.Env) -> None:
+    await trio.sleep(0)
+    if env.rng.random() < 0.5:
+        pytest.skip("not on this seed")
+
+
+@dst.test(seeds=3)
+async def always_skips() -> None:
+    await trio.sleep(0)
+    pytest.skip("needs a real GPU")
+
+
+def test_dst_run_counts_a_seed_whose_body_skips_as_skipped_not_passed(here: Path) -> None:
+    argv = ("run", f"{__file__}::skips_on_some_seeds", "--seeds", "20", "--workers", "1")
+    ran = invoke(*argv)
+    assert ran.exit_code == 0, ran.output  # the other seeds passed
+    doc = json.loads(invoke(*argv, "--json").stdout)
+    skipped = doc["skipped"]
+    assert 0 < skipped < 20 and doc["skip_reasons"] == {"not on this seed": skipped}, doc
+    assert f": 20 runs ({skipped} skipped), 0 failed, " in ran.stdout, ran.stdout
+    assert f"\n{skipped} seeds skipped by pytest.skip() in the test body (" in ran.stdout
+    assert "): not on this seed; a skipped seed tested nothing and is not counted as " \
+           "passed\n" in ran.stdout, ran.stdout
+
+
+def test_dst_run_of_a_body_that_skips_on_every_seed_exits_5_saying_nothing_was_tested(
+        here: Path) -> None:
+    ran = invoke("run", f"{__file__}::always_skips", "--seeds", "4", "--workers", "1")
+    assert ran.exit_code == 5, ran.output
+    assert ": 4 runs (4 skipped), 0 failed, " in ran.stdout
+    assert "4 seeds skipped by pytest.skip() in the test body (0, 1, 2, ...): needs a real " \
+           "GPU;" in ran.stdout, ran.stdout
+    assert ran.stderr.strip().splitlines() == [
+        f"error: {__file__}::always_skips: every seed skipped (pytest.skip(): needs a real "
+        "GPU), so nothing was tested; run it where it applies, or drop the skip"], ran.stderr
 
 
 def test_a_story_outside_pytest_tells_the_interleaving_of_a_body_that_logs_nothing(

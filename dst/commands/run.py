@@ -423,4 +423,10 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
         sys.exit(130)
     if summary.nondeterministic:
         sys.exit(3)
+    if not summary.failed and summary.runs and sum(summary.skipped.values()) == summary.runs:
+        reasons = "; ".join(sorted(summary.skipped))
+        click.echo(encodable(f"error: {scenario}: every seed skipped (pytest.skip(): "
+                             f"{reasons}), so nothing was tested; run it where it applies, "
+                             "or drop the skip"), err=True)
+        sys.exit(5)
     sys.exit(1 if summary.failed else 0)

@@ -244,9 +244,13 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
     more = "more than " if unkept else ""
     grouped = (f" in {more}{len(groups):,} group{'s' * (len(groups) != 1 or bool(more))}"
                if summary.failed else "")
-    _echo(f"{title}{how}: {summary.runs:,} run{'s' * (summary.runs != 1)}{earlier}, "
+    skipped = sum(summary.skipped.values())
+    skips = f" ({skipped:,} skipped)" if skipped else ""
+    _echo(f"{title}{how}: {summary.runs:,} run{'s' * (summary.runs != 1)}{earlier}{skips}, "
           f"{summary.failed:,} failed{' (' + by + ')' if by else ''}{grouped}, "
           f"{rate:,.0f} runs/s ({seconds:.1f}s)")
+    if skipped:
+        _echo(skipped_text(summary))
     _print_coverage(scen, summary)
     if summary.bounded:
         first = next((paths[s] for s in summary.bounded_seeds if s in paths),
@@ -273,6 +277,17 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
     if run.check_determinism:
         _echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
                    f"{summary.runs:,} seeds replayed identically")
+
+
+def skipped_text(summary: BulkSummary) -> str:
+    """The seeds whose ``@dst.test`` body called ``pytest.skip()``: how many, why, which."""
+    skipped = sum(summary.skipped.values())
+    why = "; ".join(reason + (f" x{n:,}" if len(summary.skipped) > 1 else "")
+                    for reason, n in sorted(summary.skipped.items()))
+    seeds = ", ".join(map(str, summary.skipped_seeds)) + (", ..." if skipped > 3 else "")
+    return (f"{skipped:,} seed{'s' * (skipped != 1)} skipped by pytest.skip() in the test "
+            f"body ({seeds}): {why}; a skipped seed tested nothing and is not counted as "
+            "passed")
 
 
 def _declared_probes(scen: Scenario, summary: BulkSummary) -> None:
@@ -324,6 +339,8 @@ def json_document(run: Invocation, scen: Scenario, config: dict[str, Any],
         "resumed": resumed, "interrupted": summary.interrupted,
         "stopped_early": summary.stopped_early,
         "bounded": summary.bounded,
+        "skipped": sum(summary.skipped.values()),
+        "skip_reasons": dict(sorted(summary.skipped.items())),
         "nondeterministic": [{"seed": o.seed, "difference": o.nondeterminism}
                              for o in summary.nondeterministic],
         "not_run": [list(r) for r in summary.not_run],

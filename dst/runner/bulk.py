@@ -24,6 +24,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection as mpc
 import shlex
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -88,6 +89,8 @@ class SeedOutcome:
     states: frozenset[int] = frozenset()
     #: A failing seed's group (``dst.runner.groups.signature``); None when it passed.
     signature: str | None = None
+    #: Why a ``@dst.test`` body called ``pytest.skip()`` in this run: it tested nothing.
+    skipped: str | None = None
 
 
 @dataclass
@@ -129,6 +132,10 @@ class BulkSummary:
     stopped_early: bool = False
     #: Traces of runs cut at the step bound kept so far (the caller counts them).
     bounded_kept: int = 0
+    #: Seeds whose ``@dst.test`` body skipped (``pytest.skip()``), by reason, and the
+    #: first few of them (this invocation's: a resumed run's are not recorded).
+    skipped: dict[str, int] = field(default_factory=dict)
+    skipped_seeds: list[int] = field(default_factory=list)
 
     @property
     def probes_never_reached(self) -> list[str]:
@@ -161,6 +168,10 @@ class BulkSummary:
             self.decisions += o.steps
             if o.ended == "bound":
                 self.add_bounded(o.seed)
+            if o.skipped is not None:
+                self.skipped[o.skipped] = self.skipped.get(o.skipped, 0) + 1
+                if len(self.skipped_seeds) < 3:
+                    self.skipped_seeds.append(o.seed)
             if o.verdict == "fail":
                 if self.keep_traces:
                     self.failures.append(replace(o, lines=None))
@@ -174,6 +185,13 @@ class BulkSummary:
                 self.states |= o.states
 
 
+def _skip_reason(r: RunResult) -> str | None:
+    """Why the ``@dst.test`` body of run ``r`` called ``pytest.skip()``, or None (also for a
+    scenario's run: no ``@dst.test`` was loaded, so ``dst.small`` is not imported either)."""
+    small = sys.modules.get("dst.small")
+    return None if small is None else small.skip_reason(r.sim)
+
+
 def _passed(r: RunResult) -> SeedOutcome | RunResult:
     """A run that passed and ended on its own, as its outcome (no trace is ever rendered
     for it); any other run as it is, for ``_outcomes`` to look at beside its chunk.
@@ -185,7 +203,7 @@ def _passed(r: RunResult) -> SeedOutcome | RunResult:
         return r
     return SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps, None, ended=r.ended,
                        probes_declared=r.probes_declared, probes_reached=r.probes_reached,
-                       states=r.states)
+                       states=r.states, skipped=_skip_reason(r))
 
 
 def _outcomes(results: list[RunResult] | list[SeedOutcome | RunResult],
@@ -207,7 +225,8 @@ def _outcomes(results: list[RunResult] | list[SeedOutcome | RunResult],
             SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps,
                         r.trace().text() if r.seed in render else None, ended=r.ended,
                         probes_declared=r.probes_declared, probes_reached=r.probes_reached,
-                        states=r.states, signature=sigs.get(r.seed))
+                        states=r.states, signature=sigs.get(r.seed),
+                        skipped=_skip_reason(r))
             for r in results]
 
 
