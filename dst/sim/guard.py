@@ -118,6 +118,21 @@ _SITE = tuple(
 )
 
 _IN_STDLIB: dict[str, bool] = {}
+#: ``os.path.realpath`` of each directory asked about: a few dozen directories hold
+#: the hundreds of modules a process has loaded when the guard is first installed.
+_REAL_DIRS: dict[str, str] = {}
+
+
+def _realpath(path: str) -> str:
+    """``os.path.realpath(path)``, resolving each directory once (a file that is not a
+    symbolic link resolves to its resolved directory and its own name)."""
+    head, tail = os.path.split(path)
+    if not os.path.isabs(head) or tail in ("", ".", "..") or os.path.islink(path):
+        return os.path.realpath(path)
+    real = _REAL_DIRS.get(head)
+    if real is None:
+        real = _REAL_DIRS[head] = os.path.realpath(head)
+    return os.path.join(real, tail)
 
 
 def _in_stdlib(path: str) -> bool:
@@ -129,7 +144,7 @@ def _in_stdlib(path: str) -> bool:
             # ``__init__``) speak for whoever called them.
             known = True
         else:
-            real = os.path.realpath(path)
+            real = _realpath(path)
             known = (real.startswith(_STDLIB) and not real.startswith(_SITE)
                      and "site-packages" not in real)
         _IN_STDLIB[path] = known
@@ -149,13 +164,16 @@ def _culprit(
     The first caller outside the standard library decides: a stdlib helper
     (``secrets.token_hex``, ``email.utils.formatdate``) reads the real world on
     behalf of whoever called it.  None means the call is let through: an exempt
-    library made it, and it is not an entry point.  For an entry point the blame
+    library made it, and it is not an entry point, or ``platform`` asks the machine's
+    processor (``_processor_probe``).  For an entry point the blame
     walks on past trio to the user's code (``AsyncIOWrapper.read`` is trio
     calling ``to_thread.run_sync`` for the user).
     """
     direct = frame
     inner: types.FrameType | None = None
     while frame is not None and _in_stdlib(frame.f_code.co_filename):
+        if _processor_probe(frame.f_code):
+            return None
         inner, frame = frame, frame.f_back
     if frame is not None and _exempt(_module_of(frame)):
         if not entry_point:
@@ -737,25 +755,32 @@ def _plain_datetime() -> Any:
     return _PLAIN_DATETIME
 
 
-def _warm_caches() -> None:
-    """Fill the caches the standard library fills on first use, before any trap is set.
+def _processor_probe(code: types.CodeType) -> bool:
+    """Whether ``code`` is ``platform``'s own ``uname -p`` (what ``uname().processor`` runs).
 
     ``platform.uname().processor`` runs ``uname -p`` in a subprocess the first time
-    it is asked (``platform.platform()`` asks it), and keeps the answer: an SDK
-    computing its platform headers inside a run (openai's ``get_platform``, in a
-    worker thread that runs inline) would otherwise start a subprocess, which is
-    refused whoever asks.  Asked here, outside any run, it is one more constant of
-    the machine, as ``platform.machine()`` already is.
+    it is asked (``platform.platform()`` asks it), and keeps the answer: one more
+    constant of the machine, as ``platform.machine()`` already is.  An SDK computing
+    its platform headers inside a run (openai's ``get_platform``, in a worker thread
+    that runs inline) gets it, rather than the refusal of a subprocess that anyone
+    else asking for one gets; asked when first needed, it costs a run that never
+    asks nothing (it used to be asked at every first install: a fork and an exec).
     """
-    plat = sys.modules.get("platform")
-    if plat is not None:
-        with contextlib.suppress(Exception):
-            _ = plat.uname().processor
+    if not _PROBE:
+        found = getattr(getattr(sys.modules.get("platform"), "_Processor", None),
+                        "from_subprocess", None)
+        if found is None:
+            return False
+        _PROBE.append(found.__code__)
+    return code is _PROBE[0]
+
+
+#: The code of ``platform._Processor.from_subprocess``, once platform is imported.
+_PROBE: list[types.CodeType] = []
 
 
 def _install() -> _Installed:
     global _DEPTH, _GUARDED_THREAD
-    _warm_caches()
     _plain_datetime()
     state = _Installed()
     shared: dict[int, tuple[Any, Any]] = {}
