@@ -13,6 +13,7 @@ import re
 import shlex
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from dst.cli import main
 from dst.errors import UsageError
 from dst.testing import check_pinned, check_seeds
 from dst.trace.codec import read_trace
+from tests.test_junit_schemas import _both as both_junit_schemas
 
 
 async def bump_twice(lock: trio.Lock | None) -> int:
@@ -352,7 +354,8 @@ def test_dst_run_counts_a_seed_whose_body_skips_as_skipped_not_passed(here: Path
 
 def test_dst_run_of_a_body_that_skips_on_every_seed_exits_5_saying_nothing_was_tested(
         here: Path) -> None:
-    ran = invoke("run", f"{__file__}::always_skips", "--seeds", "4", "--workers", "1")
+    ran = invoke("run", f"{__file__}::always_skips", "--seeds", "4", "--workers", "1",
+                 "--junit", "run.xml", "--summary-md", "run.md")
     assert ran.exit_code == 5, ran.output
     assert ": 4 runs (4 skipped), 0 failed, " in ran.stdout
     assert "4 seeds skipped by pytest.skip() in the test body (0, 1, 2, ...): needs a real " \
@@ -360,6 +363,19 @@ def test_dst_run_of_a_body_that_skips_on_every_seed_exits_5_saying_nothing_was_t
     assert ran.stderr.strip().splitlines() == [
         f"error: {__file__}::always_skips: every seed skipped (pytest.skip(): needs a real "
         "GPU), so nothing was tested; run it where it applies, or drop the skip"], ran.stderr
+    # CI sees the run's test case skipped, not passed; the Markdown report says why.
+    root = ET.parse(here / "run.xml").getroot()
+    both_junit_schemas(root)
+    [suite] = root.iter("testsuite")
+    [case] = suite.iter("testcase")
+    assert suite.get("skipped") == "1" and suite.get("failures") == "0", suite.attrib
+    skipped = case.find("skipped")
+    assert skipped is not None and "needs a real GPU" in (skipped.get("message") or "")
+    report = (here / "run.md").read_text(encoding="utf-8")
+    assert report.startswith("### dst run always\\_skips: nothing tested, every one of 4 "
+                             "seeds skipped\n"), report
+    assert "\n**Nothing tested:** 4 seeds skipped by pytest\\.skip() in the test body" in \
+        report, report
 
 
 def test_a_story_outside_pytest_tells_the_interleaving_of_a_body_that_logs_nothing(

@@ -285,7 +285,15 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     from ..runner.results import missing, run_key
     from ..runner.workers import CtrlC
     from ..trace.escape import encodable
-    from .run_summary import Invocation, json_document, print_summary, rerun_line, shrink_groups
+    from .run_summary import (
+        Invocation,
+        all_skipped,
+        json_document,
+        print_summary,
+        rerun_line,
+        shrink_groups,
+        skipped_text,
+    )
 
     try:
         scen = load(scenario)
@@ -405,7 +413,9 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
                          stalled=summary.stalled, by_invariant=dict(summary.by_invariant),
                          not_kept=dict(summary.groups.not_kept),
                          not_kept_failed=summary.groups.not_kept_failed,
-                         max_groups=max_groups)
+                         max_groups=max_groups,
+                         skipped=skipped_text(summary) if summary.skipped else None,
+                         skipped_all=all_skipped(summary))
         try:
             if summary_md:
                 write_report(summary_md, markdown(facts))
@@ -423,7 +433,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
         sys.exit(130)
     if summary.nondeterministic:
         sys.exit(3)
-    if not summary.failed and summary.runs and sum(summary.skipped.values()) == summary.runs:
+    if all_skipped(summary):
         reasons = "; ".join(sorted(summary.skipped))
         click.echo(encodable(f"error: {scenario}: every seed skipped (pytest.skip(): "
                              f"{reasons}), so nothing was tested; run it where it applies, "

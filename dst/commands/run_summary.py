@@ -279,6 +279,13 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
                    f"{summary.runs:,} seeds replayed identically")
 
 
+def all_skipped(summary: BulkSummary) -> bool:
+    """Whether every seed run skipped (``pytest.skip()`` in a ``@dst.test`` body) and none
+    failed: the run tested nothing (``dst run`` exits 5)."""
+    return not summary.failed and summary.runs > 0 and \
+        sum(summary.skipped.values()) == summary.runs
+
+
 def skipped_text(summary: BulkSummary) -> str:
     """The seeds whose ``@dst.test`` body called ``pytest.skip()``: how many, why, which."""
     skipped = sum(summary.skipped.values())

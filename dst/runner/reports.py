@@ -65,6 +65,10 @@ class RunFacts:
     not_kept: dict[str, int] = field(default_factory=dict)
     not_kept_failed: int = 0
     max_groups: int | None = None
+    #: The seeds a ``@dst.test`` body skipped (``pytest.skip()``), told in one line (None:
+    #: none did), and whether every seed run did: then the run tested nothing.
+    skipped: str | None = None
+    skipped_all: bool = False
 
     @property
     def title(self) -> str:
@@ -118,7 +122,8 @@ def markdown(facts: RunFacts) -> str:
     more = "more than " if facts.not_kept_failed else ""
     head = (f"{facts.failed:,} failing seed{'s' * (facts.failed != 1)} in {more}{n:,} "
             f"group{'s' * (n != 1 or bool(more))}" if facts.failed
-            else f"no failures in {facts.runs:,} seeds")
+            else f"nothing tested, every one of {facts.runs:,} seeds skipped"
+            if facts.skipped_all else f"no failures in {facts.runs:,} seeds")
     out = [f"### dst run {md(facts.scenario)}: {head}", "",
            f"- scenario: {md(facts.scenario)}",
            f"- config: {md(config_text(facts.config)) or 'defaults'}",
@@ -131,6 +136,9 @@ def markdown(facts: RunFacts) -> str:
            f"trio {md(trio.__version__)})", ""]
     if facts.stalled:
         out += [f"**Incomplete:** {md(facts.stalled)}", ""]
+    if facts.skipped:
+        out += [f"**{'Nothing tested' if facts.skipped_all else 'Skipped'}:** "
+                f"{md(facts.skipped)}", ""]
     unkept = facts.not_kept_line(md)
     if not facts.groups:
         return "\n".join(out + ([unkept] if unkept else [])) + "\n"
@@ -198,6 +206,8 @@ def junit(facts: RunFacts) -> str:
     failures = len(facts.groups) + (1 if unkept else 0)
     errors = 1 if facts.stalled else 0
     tests = failures + (1 if errors or not failures else 0)
+    # Every seed skipped, and nothing else to say: the run's own case is skipped, not passed.
+    skipped = facts.skipped_all and tests > failures and not errors
     seconds = f"{facts.seconds:.3f}"
     # A group's seeds ran among all the others: no time of its own is known, so its case
     # takes none, and the run's time is the suite's (and the run's own case's).
@@ -208,7 +218,7 @@ def junit(facts: RunFacts) -> str:
                           package="dst", id="0", timestamp=began,
                           hostname=_xml(socket.gethostname()) or "localhost",
                           tests=str(tests), failures=str(failures), errors=str(errors),
-                          skipped="0", time=seconds)
+                          skipped=str(int(skipped)), time=seconds)
     props = ET.SubElement(suite, "properties")
     for name, value in (("scenario", facts.scenario), ("config", config_text(facts.config)),
                         ("strategy", facts.strategy), ("seeds", facts.seeds),
@@ -222,6 +232,8 @@ def junit(facts: RunFacts) -> str:
                              time=seconds)
         if facts.stalled:
             ET.SubElement(case, "error", message=_xml(facts.stalled), type="incomplete")
+        elif skipped:
+            ET.SubElement(case, "skipped", message=_xml(facts.skipped or ""), type="skipped")
     for i, g in enumerate(facts.groups, 1):
         steps, seed = g.shortest
         found = shown_trace(g)
