@@ -175,3 +175,65 @@ def test_a_failure_that_is_no_deadlock_reports_no_formation(tmp_path: Path) -> N
     done = invoke("shrink", trace, "--scenario", str(source), "-o", str(tmp_path / "m.jsonl"),
                   "--json")
     assert json.loads(done.stdout)["formed"] is None
+
+
+GATE = '''
+import trio
+
+from dst import Env, Scenario, Sim
+
+scenario = Scenario("gate", doc="a lock-order deadlock, and a gate that may wait for ever")
+
+
+async def bank(env: Env) -> None:
+    a, b = trio.Lock(), trio.Lock()
+
+    async def transfer(first, second, name):
+        for i in range(3):
+            await env.store.put(f"{name}/prep{i}", i)
+        async with first:
+            await env.store.put(f"{name}/held", 1)
+            async with second:
+                await env.store.put(f"{name}/done", 1)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transfer, a, b, "ab")
+        nursery.start_soon(transfer, b, a, "ba")
+
+
+async def gate(env: Env) -> None:
+    await env.store.put("gate/0", 1)
+    if not await env.store.get("flag"):
+        await trio.Event().wait()
+
+
+async def setter(env: Env) -> None:
+    await env.store.put("flag", 1)
+
+
+@scenario.setup
+def setup(sim: Sim, config: dict) -> None:
+    sim.store("db")
+    sim.process("bank", bank, stores=["db"])
+    sim.process("gate", gate, stores=["db"])
+    sim.process("setter", setter, stores=["db"])
+'''
+
+
+def test_a_deadlock_shrinks_to_the_same_tasks_stuck_never_to_another_deadlock(
+        tmp_path: Path) -> None:
+    """The gate stuck alone forms by its second step, the bank's lock cycle only after eight:
+    a shrink of the bank's deadlock must not trade it for the gate's."""
+    source = tmp_path / "gate.py"
+    source.write_text(GATE, encoding="utf-8")
+    found = invoke("run", str(source), "--seeds", "200", "--out", str(tmp_path / "t"),
+                   "--json", "--keep-traces", "5")
+    traces = [str(p) for p in sorted((tmp_path / "t").glob("*.jsonl"))]
+    assert found.exit_code == 1 and traces, found.output
+    bank_only = next(t for t in traces if "bank/transfer" in violation(t)
+                     and "gate waits" not in violation(t))
+    assert any("gate waits" in violation(t) and "bank/" not in violation(t) for t in traces)
+    out = tmp_path / "min.jsonl"
+    done = invoke("shrink", bank_only, "--scenario", str(source), "-o", str(out), "--json")
+    assert done.exit_code == 1, done.output
+    assert violation(str(out)) == violation(bank_only)
