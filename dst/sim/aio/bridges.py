@@ -38,7 +38,6 @@ _CURRENT_TASKS: dict[Any, Any] | None = (
     asyncio.tasks._current_tasks if sys.version_info < (3, 12) else None)  # type: ignore[attr-defined]
 
 
-
 class _Call(SimFuture):
     """The asyncio side of an ``env`` call: resolved by its bridge, which it cancels."""
 
@@ -71,7 +70,6 @@ class _Handoff(BaseException):
 
 class _Retired(BaseException):
     """Ends a bridge waiting in its loop's pool (the loop is over)."""
-
 
 
 class Bridges(LoopState):

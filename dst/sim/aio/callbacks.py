@@ -30,16 +30,11 @@ _set_hooks = sys.set_asyncgen_hooks
 _sniffio_local = sniffio.thread_local
 
 _Handle = events.Handle
-
-
 _new_handle = events.Handle.__new__
-
-
 #: Whether ``call_soon`` may fill a ``Handle``'s fields itself: they are those it knows.
 _FAST_HANDLE = set(getattr(_Handle, "__slots__", ())) == {
     "_callback", "_args", "_cancelled", "_loop", "_source_traceback", "_repr", "__weakref__",
     "_context"}
-
 
 
 class Callbacks(LoopState):

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from .loop import SimLoop
 
 #: ``BaseEventLoop.__init__``'s attributes and the names of those that are containers.
-#: ``BaseEventLoop.__init__``'s attributes and the names of those that are containers.
 _BASE_STATE: tuple[dict[str, Any], tuple[str, ...]] | None = None
 
 
@@ -49,7 +48,6 @@ def _base_state(cls: type[LoopState]) -> tuple[dict[str, Any], tuple[str, ...]]:
     containers = (collections.deque, list, dict, set, weakref.WeakSet)
     _BASE_STATE = state, tuple(n for n, v in state.items() if isinstance(v, containers))
     return _BASE_STATE
-
 
 
 class LoopState(asyncio.BaseEventLoop):

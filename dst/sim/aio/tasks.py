@@ -22,8 +22,6 @@ from .state import LoopState
 #: ``asyncio.eager_task_factory`` (Python 3.12+), which builds an ``asyncio.Task`` itself,
 #: never asking the loop: while a simulated loop's callbacks run, the loop builds it.
 _EAGER: Any = getattr(asyncio.tasks, "eager_task_factory", None)
-
-
 _EAGER_HOMES = (vars(asyncio), vars(asyncio.tasks))
 
 
@@ -34,7 +32,6 @@ def _eager_task_factory(loop: Any, coro: Any, *, name: str | None = None,
     if isinstance(loop, Tasks):
         return loop._create_task(coro, name, context, True)
     return _EAGER(loop, coro, name=name, context=context)
-
 
 
 class SimTask(asyncio.Task):  # type: ignore[type-arg]
@@ -82,13 +79,11 @@ class SimFuture(asyncio.Future):  # type: ignore[type-arg]
         return self._dst_seq
 
 
-
 class _Named:
     """Stands for a process in a finding about one of its asyncio tasks."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-
 
 
 def _short(name: str) -> str:
@@ -99,7 +94,6 @@ def _short(name: str) -> str:
     return name
 
 
-
 def _callable_name(callback: Any) -> str:
     while isinstance(callback, functools.partial):
         callback = callback.func
@@ -107,7 +101,6 @@ def _callable_name(callback: Any) -> str:
     if not isinstance(name, str):
         name = type(callback).__name__
     return name.rsplit(".", 1)[-1]
-
 
 
 #: The code of the ``env`` methods of an asyncio process (``env._ENV_CODES``), read when

@@ -38,7 +38,6 @@ def _is_library(frame: FrameType) -> bool:
     return any(module == p or module.startswith(p + ".") for p in _LIBRARY)
 
 
-
 def _describe(task: asyncio.Task[Any]) -> str:
     """``"asyncio.Event.wait at worker.py:23 in worker"``, or what can be said."""
     frames: list[FrameType] = []
