@@ -360,6 +360,7 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
                 if keeper is not None and trio_internals.is_blocked(keeper):
                     self._keeper = None
                     trio_internals.wake(keeper)
+                    self._leaving = keeper  # stepped in place by the hook if it can
         # A cancellation does not reach a call parked inside a shielded scope:
         # end those calls too, or the run could never finish.
         releasing, self._releasing = self._releasing, True

@@ -20,6 +20,7 @@ import trio.lowlevel as ll
 
 from ..errors import DivergenceError
 from . import trio_internals
+from .active import ACTIVE
 from .busy import BUSY_PASSES
 from .clock import VirtualClock
 from .findings import violation_message
@@ -64,6 +65,12 @@ class Scheduler(SimState):
     #: Tasks asleep in ``env.clock.sleep``, each with the time it wakes at (made
     #: on the first sleep of a run): see :meth:`sleep_until`.
     _sleepers: dict[ll.Task, float] | None = None
+
+    #: The seed's task, woken by the end of the run to leave it and not stepped yet
+    #: (``Sim._stop``), and the one the hook chose to step for that (``_quiescent``):
+    #: ``_in_place`` steps it and hands over to the next seed.
+    _leaving: ll.Task | None = None
+    _left_by: ll.Task | None = None
 
     async def sleep_until(self, wake_at: float) -> None:
         """Sleep until ``wake_at`` (later than now): what ``env.clock.sleep`` does.
@@ -135,6 +142,17 @@ class Scheduler(SimState):
             if task is not None:
                 trio_internals.wake(task)
             return 0.0
+        return self._in_place(task, _IN_PLACE)
+
+    def _in_place(self, task: ll.Task | None, budget: int) -> float:
+        """``on_quiescence``'s steps in place, at most ``budget``: ``task`` is the parked
+        task just chosen (None: the decision, if any, was performed otherwise).
+
+        When the run has ended and the seed's task, woken to leave it, is all trio
+        would run, it is stepped here too; that step starts the next seed of the
+        batch (``dst.sim.run``), whose own steps in place carry on with what is left
+        of ``budget``, as trio's next pass would have run that seed's first task.
+        """
         runner = _RUN_CONTEXT.runner
         runq = runner.runq
         may_step, step = trio_internals.may_step, trio_internals.step
@@ -142,16 +160,35 @@ class Scheduler(SimState):
         # ``next_deadline`` (a Python method that pops stale entries) is not asked.  Its
         # heap is read each time: trio replaces the list when it prunes it.
         deadlines = runner.deadlines
-        for _ in range(_IN_PLACE):
+        while budget > 0:
+            budget -= 1
             if task is None:
                 # The decision (if any) was performed by ``_schedule``: step here only
                 # the one task it made runnable, when no deadline is due.  A decision
                 # that made nothing runnable (a drop, a duplicate, a message nobody
                 # waits for yet) leaves trio an empty pass, which would only ask
                 # again: that pass is counted here and the next decision taken.
-                if (len(runq) > 1 or self._stopping or self._busy + 1 >= BUSY_PASSES
-                        or not may_step(runner)):
+                if len(runq) > 1 or not may_step(runner):
                     return 0.0
+                if self._busy + 1 >= BUSY_PASSES:
+                    return 0.0
+                if self._stopping:
+                    leaving = self._leaving
+                    if leaving is None or not runq or runq[0] is not leaving:
+                        return 0.0
+                    # The seed's task, leaving the ended run: stepped as trio's next pass
+                    # would (no deadline due) until it has left, then the next seed goes
+                    # on from here.
+                    clock = self._clock
+                    assert clock is not None
+                    if (deadlines.next_deadline() if deadlines._heap else INF) <= clock.now:
+                        return 0.0
+                    self._busy += 1  # the pass of trio's loop this step stands for
+                    step(runner, leaving)
+                    if ACTIVE and ACTIVE[-1] is self:
+                        continue  # still leaving (a checkpoint on its way out of the nursery)
+                    self._leaving = None
+                    return self._hand_over(budget)
                 clock = self._clock
                 assert clock is not None
                 due = deadlines.next_deadline() if deadlines._heap else INF
@@ -169,6 +206,13 @@ class Scheduler(SimState):
                     break
                 self._busy += 1  # the pass of trio's loop this step stands for
                 step(runner, task, _WOKEN)
+                if task is self._left_by:  # the seed's task, leaving the ended run
+                    self._left_by = None
+                    if not (ACTIVE and ACTIVE[-1] is self):
+                        return self._hand_over(budget)
+                    self._leaving = task  # stepped on at the top, while it is all that runs
+                    task = None
+                    continue
             if self._stopping:
                 return 0.0
             if runq:
@@ -182,6 +226,15 @@ class Scheduler(SimState):
         if task is not None:
             trio_internals.wake(task)
         return 0.0
+
+    def _hand_over(self, budget: int) -> float:
+        """The seed's task has just left this run in a step taken in place: the next
+        seed's run (if the batch has one) goes on in place, with what is left of
+        ``budget``; otherwise trio's loop gets its pass."""
+        following = ACTIVE[-1] if ACTIVE else None
+        if following is None or budget <= 0 or following._clock is not self._clock:
+            return 0.0
+        return following._in_place(None, budget)
 
     def _quiescent(self, deadline: float) -> ll.Task | None:
         """Decide at quiescence: the parked task chosen, or None when it is done.
@@ -206,6 +259,7 @@ class Scheduler(SimState):
                     # deadline is due, as trio's next pass would step it).
                     self._keeper = None
                     if deadline > clock.now:
+                        self._left_by = keeper
                         return keeper
                     trio_internals.wake(keeper)
                 elif clock.now < deadline < INF:
