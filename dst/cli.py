@@ -36,8 +36,16 @@ from . import __version__
 from .commands import COMMANDS
 from .commands import load as load_command
 from .errors import DstError, ScenarioError, UsageError
+from .launcher import (
+    _PROGRAM,
+    REEXEC,
+    current_hash_seed,
+    pin_hash_seed,
+    program_name,
+    started,
+    wanted_hash_seed,
+)
 from .launcher import HASH_SEED as HASH_SEED
-from .launcher import REEXEC, current_hash_seed, pin_hash_seed, program_name, wanted_hash_seed
 
 if TYPE_CHECKING:
     from .scenario import Scenario
@@ -100,6 +108,7 @@ class _Dst(click.Group):
             typed = os.environ.get(REEXEC) or program_name()
             pin_hash_seed(list(args), wanted_hash_seed(list(args)), typed)
             prog_name = prog_name or typed
+            _PROGRAM[0] = True
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
         try:
@@ -311,6 +320,7 @@ def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> 
 
     try:
         trace, scen = _load_trace(trace_path, scenario_ref)
+        started()
         result = replay_trace(scen, trace)
     except DstError as err:
         _die(err)

@@ -47,8 +47,10 @@ with contextlib.redirect_stdout(out):
         main()
     except SystemExit as exc:
         code = exc.code
+import gc
 sys.__stdout__.write(json.dumps({"code": code, "stdout": out.getvalue(),
-                                 "modules": sorted(sys.modules)}))
+                                 "modules": sorted(sys.modules),
+                                 "frozen": gc.get_freeze_count()}))
 '''
 
 #: Never imported by a command that does not use them.
@@ -125,6 +127,25 @@ def test_run_imports_no_specs_explorer_shrinker_or_junit_writer(tmp_path: Path) 
                                        "dst.runner.cluster", "xml.etree", "dst.commands.pin",
                                        *UNUSED_BY_A_RUN)) == []
     assert "structlog" in done["modules"]
+
+
+@pytest.mark.parametrize("args", [["replay", str(PINNED)], ["run", "counter", "--seed", "0"]])
+def test_the_program_moves_its_start_up_out_of_the_collectors_way(
+    tmp_path: Path, args: list[str],
+) -> None:
+    """A replay or a run of the ``dst`` program freezes what its start-up made
+    (``gc.freeze``) before the seeds run; ``--help`` runs none and freezes nothing."""
+    assert probe(tmp_path, *args)["frozen"] > 10_000
+    assert probe(tmp_path, "run", "--help")["frozen"] == 0
+
+
+def test_dst_called_from_python_leaves_the_callers_objects_to_the_collector() -> None:
+    import gc
+
+    before = gc.get_freeze_count()
+    assert launcher._PROGRAM == [False]
+    launcher.started()
+    assert gc.get_freeze_count() == before
 
 
 def test_the_commands_table_agrees_with_the_commands() -> None:

@@ -278,6 +278,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     """
     from ..cli import _die  # the core, loaded first
     from ..explore import strategies
+    from ..launcher import started
     from ..registry import is_shipped, load
     from ..runner.bulk import BulkSummary, SeedOutcome, run_bulk
     from ..runner.groups import GroupBook, reports
@@ -367,6 +368,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
                                keep=summary.keep_policy, max_failures=max_failures,
                                scenario_file=shown_file)
             else:
+                started()  # before the workers fork
                 run_bulk(ref or scen.name, config, missing(done, start, stop),
                          workers=workers or default_workers(), deadline=deadline,
                          check_determinism=check_determinism, on_chunk=on_chunk,
