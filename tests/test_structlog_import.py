@@ -147,3 +147,39 @@ def test_structlog_imported_after_dst_takes_rich_and_asyncio_on_first_use_and_lo
         assert shown["dst"][part] == shown["plain"][part], part
     assert "KeyError" in shown["dst"]["plain"]
     assert [e["event"] for e in shown["dst"]["async"]] == ["async", "async stdlib"]
+
+
+#: Imports the structlog found first on sys.path (argv[1] put first) after dst's logging
+#: module; prints what its ``dev`` module holds as rich, and whether rich is imported.
+FALLBACK = '''
+import json, sys
+import dst.sim.logs
+sys.path.insert(0, sys.argv[1])
+import structlog
+print(json.dumps({"file": structlog.__file__, "rich": repr(structlog.dev.rich),
+                  "imported": "rich" in sys.modules, "width": structlog.dev.WIDTH}))
+'''
+
+
+def test_a_structlog_that_uses_rich_as_it_imports_gets_the_real_rich(tmp_path: Path) -> None:
+    """Stand-ins hold only while structlog uses rich after its import (a later structlog
+    might not): one it uses otherwise, or cannot import, is imported again without them."""
+    for dev in ("import rich.console\nWIDTH = rich.console.Console.__init__.__name__\n",
+                "try:\n    import rich.table\nexcept ImportError:\n    rich = None\n"
+                "WIDTH = rich.table.Table.__name__ if rich else None\n"):
+        fake = tmp_path / f"fake{len(dev)}" / "structlog"
+        fake.mkdir(parents=True)
+        (fake / "__init__.py").write_text("from structlog import dev, tracebacks, _native, "
+                                          "stdlib\n", encoding="utf-8")
+        (fake / "dev.py").write_text(dev, encoding="utf-8")
+        (fake / "tracebacks.py").write_text("import rich\n", encoding="utf-8")
+        for name in ("_native", "stdlib"):
+            (fake / f"{name}.py").write_text("import asyncio\n", encoding="utf-8")
+        done = subprocess.run([sys.executable, "-c", FALLBACK, str(fake.parent)],
+                              capture_output=True, text=True, timeout=LIMIT, cwd=tmp_path,
+                              env=_env())
+        assert done.returncode == 0, done.stderr
+        shown = json.loads(done.stdout)
+        assert shown["file"] == str(fake / "__init__.py")
+        assert shown["rich"].startswith("<module 'rich' from ") and shown["imported"]
+        assert shown["width"] in ("__init__", "Table")

@@ -292,10 +292,10 @@ class _LazyName:
 
     def __init__(self, module: str, attr: str) -> None:
         self._where = (module, attr)
-        self._real: Any = None
+        self._real: Any = _LazyName
 
     def _resolve(self) -> Any:
-        if self._real is None:
+        if self._real is _LazyName:  # not resolved yet
             module, attr = self._where
             real = importlib.import_module(module)
             try:
@@ -339,6 +339,11 @@ def _taken(standins: dict[str, _Deferred]) -> bool:
                for user in users)
 
 
+#: What the import system sets on a module before running it.
+_MODULE_ATTRIBUTES = frozenset({"__name__", "__doc__", "__package__", "__loader__", "__spec__",
+                                "__path__", "__file__", "__cached__", "__builtins__"})
+
+
 class _StructlogLoader(importlib.abc.Loader):
     """structlog's own loader, with the stand-ins of ``_DEFERRED`` in place while it runs."""
 
@@ -367,9 +372,12 @@ class _StructlogLoader(importlib.abc.Loader):
                     del sys.modules[name]
         if standins and not lazy:
             # A structlog that uses them otherwise than these stand-ins expect: import
-            # it again, as if nothing stood in.
+            # it again, as if nothing stood in (its submodules too, which the package
+            # would otherwise find as its own attributes).
             for name in [m for m in sys.modules if m.startswith("structlog.")]:
                 del sys.modules[name]
+            for name in [n for n in vars(module) if n not in _MODULE_ATTRIBUTES]:
+                delattr(module, name)
             self._loader.exec_module(module)
         if _WAITING:
             _WAITING[0].start()
