@@ -148,6 +148,20 @@ def test_dst_called_from_python_leaves_the_callers_objects_to_the_collector() ->
     assert gc.get_freeze_count() == before
 
 
+def test_a_scenario_that_does_not_log_with_structlog_runs_without_it(tmp_path: Path) -> None:
+    (tmp_path / "quiet.py").write_text(
+        "from typing import Any\n\nfrom dst import Env, Scenario, Sim\n\n"
+        "scenario = Scenario('quiet', doc='a process that stores one value')\n\n\n"
+        "@scenario.setup\ndef setup(sim: Sim, config: dict[str, Any]) -> Any:\n"
+        "    db = sim.store('db')\n\n"
+        "    async def main(env: Env) -> None:\n        await env.store.put('n', 1)\n\n"
+        "    sim.process('worker', main, stores=['db'])\n    return db\n", encoding="utf-8")
+    done = probe(tmp_path, "run", "quiet.py", "--seed", "0", "--out", str(tmp_path / "out"))
+    assert done["code"] == 0
+    assert "1 run, 0 failed" in str(done["stdout"])
+    assert _imported(done["modules"], ("structlog", *UNUSED_BY_A_RUN)) == []
+
+
 def test_the_commands_table_agrees_with_the_commands() -> None:
     """Each row is the first paragraph of its command's help: the line `dst --help` shows
     is the one the command would give at any terminal width."""
