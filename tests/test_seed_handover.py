@@ -28,13 +28,14 @@ from .simkit import inline, many
 def handovers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Count the runs that went on to the next seed in place (proof the shortcut ran)."""
     counted = [0]
-    real = Scheduler._hand_over
+    real = Scheduler._in_place
 
-    def counting(self: Scheduler, budget: int) -> float:
-        counted[0] += 1
-        return real(self, budget)
+    def counting(self: Scheduler, task: object, budget: int) -> int:
+        left = real(self, task, budget)  # type: ignore[arg-type]
+        counted[0] += left > 0  # budget left: the next seed goes on in place
+        return left
 
-    monkeypatch.setattr(Scheduler, "_hand_over", counting)
+    monkeypatch.setattr(Scheduler, "_in_place", counting)
     yield counted
 
 

@@ -142,16 +142,27 @@ class Scheduler(SimState):
             if task is not None:
                 trio_internals.wake(task)
             return 0.0
-        return self._in_place(task, _IN_PLACE)
+        budget = self._in_place(task, _IN_PLACE)
+        clock = self._clock
+        while budget > 0:
+            # This run has ended and the seed's task, stepped in place, started the next
+            # seed of the batch: its first steps are taken here too (a loop, not a call
+            # from each run's frame, so that each ended run is freed as it ends).
+            following = ACTIVE[-1] if ACTIVE else None
+            if following is None or following._clock is not clock:
+                break
+            budget = following._in_place(None, budget)
+        return 0.0
 
-    def _in_place(self, task: ll.Task | None, budget: int) -> float:
+    def _in_place(self, task: ll.Task | None, budget: int) -> int:
         """``on_quiescence``'s steps in place, at most ``budget``: ``task`` is the parked
         task just chosen (None: the decision, if any, was performed otherwise).
 
         When the run has ended and the seed's task, woken to leave it, is all trio
         would run, it is stepped here too; that step starts the next seed of the
-        batch (``dst.sim.run``), whose own steps in place carry on with what is left
-        of ``budget``, as trio's next pass would have run that seed's first task.
+        batch (``dst.sim.run``).  Returns what is left of ``budget`` then, for the
+        next seed's own steps in place (as trio's next pass would have run that
+        seed's first task), and 0 when trio's loop is to take its pass.
         """
         runner = _RUN_CONTEXT.runner
         runq = runner.runq
@@ -169,33 +180,33 @@ class Scheduler(SimState):
                 # waits for yet) leaves trio an empty pass, which would only ask
                 # again: that pass is counted here and the next decision taken.
                 if len(runq) > 1 or not may_step(runner):
-                    return 0.0
+                    return 0
                 if self._busy + 1 >= BUSY_PASSES:
-                    return 0.0
+                    return 0
                 if self._stopping:
                     leaving = self._leaving
                     if leaving is None or not runq or runq[0] is not leaving:
-                        return 0.0
+                        return 0
                     # The seed's task, leaving the ended run: stepped as trio's next pass
                     # would (no deadline due) until it has left, then the next seed goes
                     # on from here.
                     clock = self._clock
                     assert clock is not None
                     if (deadlines.next_deadline() if deadlines._heap else INF) <= clock.now:
-                        return 0.0
+                        return 0
                     self._busy += 1  # the pass of trio's loop this step stands for
                     step(runner, leaving)
                     if ACTIVE and ACTIVE[-1] is self:
                         continue  # still leaving (a checkpoint on its way out of the nursery)
                     self._leaving = None
-                    return self._hand_over(budget)
+                    return budget
                 clock = self._clock
                 assert clock is not None
                 due = deadlines.next_deadline() if deadlines._heap else INF
                 if self._sleepers:
                     due = self._soonest(due)
                 if due <= clock.now:
-                    return 0.0
+                    return 0
                 self._busy += 1  # the pass of trio's loop this step stands for
                 if runq:
                     step(runner, runq[0])
@@ -209,12 +220,12 @@ class Scheduler(SimState):
                 if task is self._left_by:  # the seed's task, leaving the ended run
                     self._left_by = None
                     if not (ACTIVE and ACTIVE[-1] is self):
-                        return self._hand_over(budget)
+                        return budget
                     self._leaving = task  # stepped on at the top, while it is all that runs
                     task = None
                     continue
             if self._stopping:
-                return 0.0
+                return 0
             if runq:
                 # The step made a task runnable (an asyncio loop's driver woken by a reply
                 # its bridge brought): trio's next pass would run that one task, and the
@@ -225,16 +236,7 @@ class Scheduler(SimState):
             task = self._quiescent(self._soonest(due) if self._sleepers else due)
         if task is not None:
             trio_internals.wake(task)
-        return 0.0
-
-    def _hand_over(self, budget: int) -> float:
-        """The seed's task has just left this run in a step taken in place: the next
-        seed's run (if the batch has one) goes on in place, with what is left of
-        ``budget``; otherwise trio's loop gets its pass."""
-        following = ACTIVE[-1] if ACTIVE else None
-        if following is None or budget <= 0 or following._clock is not self._clock:
-            return 0.0
-        return following._in_place(None, budget)
+        return 0
 
     def _quiescent(self, deadline: float) -> ll.Task | None:
         """Decide at quiescence: the parked task chosen, or None when it is done.
