@@ -30,7 +30,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -390,6 +389,8 @@ class ResultsDB:
 
     def start_run(self, key: str, scenario: str, config: Mapping[str, Any], strategy: str,
                   seeds: str, shard: str | None, command: str, done: int) -> int:
+        import socket  # here: ``dst runs`` reads the database without it
+
         started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         with self._db:
             cur = self._db.execute(

@@ -11,14 +11,12 @@ orphan still running seeds, and ``--resume`` can start at once.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from multiprocessing import resource_tracker
 from typing import Any
 
 # Slots of a worker's heartbeat array.
@@ -55,6 +53,8 @@ def die_with_parent() -> None:
     """Have the kernel kill this process when the process that started it exits (Linux)."""
     if not sys.platform.startswith("linux"):
         return
+    import ctypes  # here: ``dst run --help`` imports this module for its constants
+
     try:
         # The process's own symbols, libc's among them: ``find_library`` would run
         # ``ldconfig -p`` in a subprocess, in every worker.
@@ -137,6 +137,8 @@ def start_without_sigint(proc: Any, hash_seed: int | None, *, spawned: bool = Fa
     if spawned and _CAN_BLOCK:
         # A spawned worker needs multiprocessing's resource tracker, and starting
         # the tracker unblocks Ctrl-C behind our back: have it running first.
+        from multiprocessing import resource_tracker
+
         resource_tracker.ensure_running()
     try:
         if _CAN_BLOCK:
