@@ -26,9 +26,9 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -285,6 +285,31 @@ def _load_trace(path: str, scenario_ref: str | None) -> tuple[Trace, Scenario]:
     return trace, scen
 
 
+T = TypeVar("T")
+
+
+def replayed(work: Callable[[], T], scenario: Scenario, trace: Trace,
+             scenario_ref: str | None) -> T:
+    """``work`` (a replay of ``trace``, or a search from it); an exception from the
+    scenario's own code (its setup or a check) is one line, exit 4, as in ``dst run``."""
+    try:
+        return work()
+    except (DstError, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        raise scenario_broke(exc, scenario, trace, scenario_ref) from None
+
+
+def scenario_broke(exc: BaseException, scenario: Scenario, trace: Trace,
+                   scenario_ref: str | None) -> DstError:
+    """The one line for ``exc``, raised by the scenario's own code as ``trace`` replayed."""
+    from .runner.bulk import user_error
+
+    return user_error(exc, scenario, scenario_ref or scenario.name,
+                      scenario.checked_config(trace.header["config"]),
+                      int(trace.header["seed"]))
+
+
 def _check_hash_seed(trace: Trace, path: str, scenario_ref: str | None) -> None:
     """Refuse a replay under another hash seed than the trace's: set order could differ.
 
@@ -321,7 +346,7 @@ def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> 
     try:
         trace, scen = _load_trace(trace_path, scenario_ref)
         started()
-        result = replay_trace(scen, trace)
+        result = replayed(lambda: replay_trace(scen, trace), scen, trace, scenario_ref)
     except DstError as err:
         _die(err)
     # The first record that differs (replay_trace compares them all), made visible:
@@ -338,13 +363,23 @@ def replay_command(trace_path: str, scenario_ref: str | None, as_json: bool) -> 
         click.echo(f"identical: {len(trace.records)} records replayed byte for byte; "
                    f"verdict {verdict} ({what})")
     else:
-        click.echo(f"{diverged}\n  likely cause: the code under test, the scenario or dst "
-                   f"changed since the trace was recorded{_recorded_by(trace)}, or it is "
-                   "nondeterministic (reads something dst does not control); "
-                   "`dst run --check-determinism` tells which")
+        click.echo(f"{diverged}\n  likely cause: {_random_hash_seed(trace)}the code under "
+                   f"test, the scenario or dst changed since the trace was recorded"
+                   f"{_recorded_by(trace)}, or it is nondeterministic (reads something dst "
+                   "does not control); `dst run --check-determinism` tells which")
     if diverged is not None:
         sys.exit(EXIT_DIVERGED)
     sys.exit(EXIT_VIOLATION if verdict == "fail" else EXIT_OK)
+
+
+def _random_hash_seed(trace: Trace) -> str:
+    """The first likely cause of a divergence when the trace was recorded under a random
+    hash seed (``hash_seed: null``: dst called from Python, pytest, without fixing it)."""
+    if "hash_seed" not in trace.header or trace.header["hash_seed"] is not None:
+        return ""
+    return ("the trace was recorded under a random hash seed (its header says hash_seed: "
+            "null), so code that iterates a set of strings may take another order here; "
+            "rerun the test under PYTHONHASHSEED=0 to get a trace that replays; otherwise ")
 
 
 def _recorded_by(trace: Trace) -> str:

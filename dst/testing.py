@@ -503,9 +503,11 @@ def replay_command(path: str, trace: Trace, scenario_ref: str | None = None) -> 
         # The name is not repeated here: it is the trace's text, shown escaped elsewhere.
         return (replay_line(path, "SCENARIO_FILE.py") + "  # SCENARIO_FILE.py: the file (or "
                 "module) that defines the trace's scenario; the trace does not say")
+    # FILE.py::NAME: the file may hold several scenarios (@dst.test functions), and
+    # NAME picks the trace's one in a file of one as well.
     found = recorded_file(recorded, path)
     if found is not None:
-        return replay_line(path, found)
-    return (replay_line(path, recorded) + "  # the file the trace was recorded from, not "
-            "found from here: give its path from here")
+        return replay_line(path, f"{found}::{name}")
+    return (replay_line(path, f"{recorded}::{name}") + "  # the file the trace was recorded "
+            "from, not found from here: give its path from here")
 

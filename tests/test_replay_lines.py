@@ -71,7 +71,7 @@ def test_dst_run_records_the_scenario_file_and_every_replay_line_runs(project: P
             assert shown.exit_code == 0, shown.output
             assert "SCENARIO_FILE" not in shown.stdout
             lines = _replay_lines(shown.stdout)
-            assert lines == [f"dst replay {path} --scenario proj/bank.py"], lines
+            assert lines == [f"dst replay {path} --scenario proj/bank.py::bank"], lines
             again = _runs(lines[0])
             assert again.exit_code == 1 and again.stdout.startswith("identical: "), again.output
 
@@ -128,7 +128,7 @@ def test_dst_show_from_another_directory_prints_a_replay_line_that_runs_there(
     shown = invoke("show", f"../{trace}", "--format", "markdown")
     assert shown.exit_code == 0, shown.output
     lines = _replay_lines(shown.stdout)
-    assert lines == [f"dst replay ../{trace} --scenario ../proj/bank.py"], lines
+    assert lines == [f"dst replay ../{trace} --scenario ../proj/bank.py::bank"], lines
     again = _runs(lines[0])
     assert again.exit_code == 1 and again.stdout.startswith("identical: "), again.output
     refused = invoke("replay", f"../{trace}")  # the --scenario it asks for, from here too
@@ -144,7 +144,7 @@ def test_dst_show_says_what_to_fill_in_when_the_recorded_file_is_not_found(
     monkeypatch.chdir(away)
     shown = invoke("show", trace.name, "--format", "markdown")
     assert shown.exit_code == 0, shown.output
-    assert (f"dst replay {trace.name} --scenario proj/bank.py  # the file the trace was "
+    assert (f"dst replay {trace.name} --scenario proj/bank.py::bank  # the file the trace was "
             "recorded from, not found from here: give its path from here"
             in shown.stdout.replace("\\", "")), shown.stdout
 

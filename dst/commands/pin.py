@@ -57,6 +57,14 @@ def command(trace_path: str, name: str | None, note: str, directory: str,
                              scenario=scenario_ref)
     except DstError as err:
         refuse(err)
+    except Exception as exc:  # the scenario's setup or a check raised as the trace replayed
+        from dst.cli import _load_trace, scenario_broke
+
+        try:
+            trace, scen = _load_trace(trace_path, scenario_ref)
+        except DstError as err:
+            refuse(err)
+        refuse(scenario_broke(exc, scen, trace, scenario_ref))
     if not new:
         click.echo(f"already pinned: {visible(str(pin.path))} holds this trace")
         return

@@ -135,8 +135,7 @@ def command(trace_path: str, scenario_ref: str | None, output: str | None, budge
       dst shrink traces/failures/bank-3.jsonl --scenario bank.py -o bank-3.min.jsonl
       dst shrink traces/failures/approval-21.jsonl --budget 5s --json
     """
-    from ..cli import _die, _load_trace, replay_command_line  # the core, loaded first
-    from ..runner.bulk import user_error
+    from ..cli import _die, _load_trace, replay_command_line, replayed  # the core, first
 
     try:
         trace, scen = _load_trace(trace_path, scenario_ref)
@@ -145,14 +144,9 @@ def command(trace_path: str, scenario_ref: str | None, output: str | None, budge
             raise UsageError(f"-o {output} is TRACE itself; write the shrunk trace elsewhere")
         if not out.parent.is_dir():
             raise UsageError(f"cannot write -o {out}: directory {out.parent} does not exist")
-        try:
-            res = shrink(scen, trace, budget=budget, shown=trace_path)
-        except DstError:
-            raise
-        except Exception as exc:  # a check or the setup raised: the scenario is broken
-            raise user_error(exc, scen, scenario_ref or scen.name,
-                             scen.checked_config(trace.header["config"]),
-                             int(trace.header["seed"])) from None
+        # A check or the setup that raises: the scenario is broken, one line.
+        res = replayed(lambda: shrink(scen, trace, budget=budget, shown=trace_path),
+                       scen, trace, scenario_ref)
         try:
             write_trace(res.trace, out)
         except OSError as exc:

@@ -188,10 +188,13 @@ def scenario_file_problem(path: str) -> str | None:
 
 
 def scenario_file(ref: str | None) -> str | None:
-    """What a header records of the scenario ``ref`` names: for a ``.py`` file, its
-    path relative to the working directory (where ``dst run`` ran, so that a replay
-    command run there finds it); None for a shipped name or a module, and for a
-    path no header could hold (:func:`scenario_file_problem`)."""
+    """What a header records of the scenario ``ref`` names: for a ``.py`` file (or a
+    ``@dst.test`` in one, ``FILE.py::NAME``: the file), its path relative to the
+    working directory (where ``dst run`` ran, so that a replay command run there finds
+    it); None for a shipped name or a module, and for a path no header could hold
+    (:func:`scenario_file_problem`)."""
+    if ref is not None:
+        ref = ref.partition("::")[0]
     if ref is None or not ref.endswith(".py"):
         return None
     try:

@@ -1,0 +1,156 @@
+"""What the commands that re-run a trace say when it cannot be replayed as it was: a
+scenario whose setup or check raises is one line, exit 4, as in ``dst run``; a trace of
+one ``@dst.test`` among several gets a replay line that names it; a divergence of a
+trace recorded under a random hash seed says so first."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from dst.cli import main
+from dst.trace.codec import read_trace
+from dst.trace.model import Trace
+from tests.test_readme import readme_scenario
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+TESTS = '''
+import trio
+import dst
+
+
+@dst.test(seeds=20)
+async def test_always_passes():
+    await trio.sleep(0)
+
+
+@dst.test(seeds=50)
+async def test_race():
+    count = 0
+
+    async def bump():
+        nonlocal count
+        seen = count
+        await trio.sleep(0)
+        count = seen + 1
+
+    async with trio.open_nursery() as n:
+        n.start_soon(bump)
+        n.start_soon(bump)
+    assert count == 2, f"lost update: count is {count}"
+'''
+
+
+@pytest.fixture
+def bank_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A failing trace of the README's bank scenario, from ``dst run``, cwd at tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    Path("bank.py").write_text(readme_scenario(), encoding="utf-8")
+    done = invoke("run", "bank.py", "-c", "locked=false", "--seeds", "60", "--out", "out",
+                  "--json")
+    assert done.exit_code == 1, done.output
+    return Path(json.loads(done.stdout)["groups"][0]["traces"][0])
+
+
+def _broken(check_body: str, setup_raises: bool = False) -> str:
+    """bank.py with its first invariant's body replaced (or its setup raising)."""
+    text = readme_scenario()
+    if setup_raises:
+        text = re.sub(r"(@scenario\.setup\ndef \w+\([^)]*\)[^:]*:\n)",
+                      r"\1    raise KeyError('teller')\n", text, count=1)
+    else:
+        text = re.sub(r"(@scenario\.invariant\([^)]*\)\ndef \w+\([^)]*\)[^:]*:\n)",
+                      rf"\1    {check_body}\n", text, count=1)
+    assert text != readme_scenario()
+    return text
+
+
+@pytest.mark.parametrize(("setup_raises", "said"), [
+    (False, "error: invariant NoOverdraft of bank raised ZeroDivisionError: division by zero "
+            "at broken.py:"),
+    (True, "error: setup of bank raised KeyError: 'teller' at broken.py:"),
+])
+@pytest.mark.parametrize("command", ["replay", "shrink", "pin"])
+def test_a_scenario_that_raises_as_a_trace_replays_is_one_line_exit_4(
+        bank_trace: Path, command: str, setup_raises: bool, said: str) -> None:
+    Path("broken.py").write_text(_broken("return 1/0", setup_raises), encoding="utf-8")
+    extra = {"shrink": ["-o", "small.jsonl"], "pin": ["--dir", "pins"]}.get(command, [])
+    done = invoke(command, str(bank_trace), "--scenario", "broken.py", *extra)
+    assert done.exit_code == 4, done.output
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(said), done.stderr
+    seed = read_trace(bank_trace).header["seed"]
+    assert done.stderr.rstrip().endswith(
+        f"then check with: dst run broken.py -c locked=false --seed {seed}")
+    assert not Path("small.jsonl").exists() and not Path("pins").exists()
+
+
+def _replay_lines(text: str) -> list[str]:
+    return re.findall(r"dst replay [^<\n]*", text)
+
+
+def test_a_trace_of_one_dst_test_among_several_replays_as_every_command_prints_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("test_several.py").write_text(TESTS, encoding="utf-8")
+    done = invoke("run", "test_several.py::test_race", "--seeds", "10", "--out", "out",
+                  "--json")
+    assert done.exit_code == 1, done.output
+    path = json.loads(done.stdout)["groups"][0]["traces"][0]
+    assert read_trace(path).header["scenario_file"] == "test_several.py"
+    lines = []
+    for fmt in ("markdown", "html"):
+        shown = invoke("show", path, "--format", fmt)
+        assert shown.exit_code == 0, shown.output
+        lines += _replay_lines(shown.stdout)
+    shrunk = invoke("shrink", path, "--scenario", "test_several.py::test_race",
+                    "-o", "small.jsonl")
+    assert shrunk.exit_code == 1, shrunk.output
+    lines += _replay_lines(shrunk.stdout)
+    assert lines == [f"dst replay {path} --scenario test_several.py::test_race"] * 2 + [
+        "dst replay small.jsonl --scenario test_several.py::test_race"], lines
+    for line in lines:
+        again = invoke(*shlex.split(line)[1:])
+        assert again.exit_code == 1 and again.stdout.startswith("identical: "), again.output
+
+
+def _diverging(trace: Trace, tmp_path: Path, hash_seed: int | str | None) -> Path:
+    """``trace`` recorded under ``hash_seed`` ("unrecorded": from before the field), its
+    first decision's choices reordered (as another hash seed reorders a set of strings)."""
+    records = [dict(r) for r in trace.records]
+    first = next(r for r in records if r["type"] == "decision" and len(r["enabled"]) > 1)
+    first["enabled"] = list(reversed(first["enabled"]))
+    path = tmp_path / f"hash-{hash_seed}.jsonl"
+    header = {**trace.header, "hash_seed": hash_seed}
+    if hash_seed == "unrecorded":
+        del header["hash_seed"]
+    path.write_text(Trace(header, records, trace.footer).text(), encoding="utf-8")
+    return path
+
+
+def test_a_divergence_of_a_trace_from_a_random_hash_seed_says_so_first(
+        bank_trace: Path, tmp_path: Path) -> None:
+    trace = read_trace(bank_trace)
+    random = invoke("replay", str(_diverging(trace, tmp_path, None)), "--scenario", "bank.py")
+    assert random.exit_code == 3, random.output
+    cause = random.stdout.splitlines()[1]
+    assert cause.startswith(
+        "  likely cause: the trace was recorded under a random hash seed (its header says "
+        "hash_seed: null), so code that iterates a set of strings may take another order "
+        "here; rerun the test under PYTHONHASHSEED=0 to get a trace that replays; "
+        "otherwise the code under test"), cause
+    # A trace from before hash seeds were recorded does not say it was a random one.
+    old = invoke("replay", str(_diverging(trace, tmp_path, "unrecorded")), "--scenario",
+                 "bank.py")
+    assert old.exit_code == 3, old.output
+    assert "hash seed" not in old.stdout
+    assert old.stdout.splitlines()[1].startswith("  likely cause: the code under test")
