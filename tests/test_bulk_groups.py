@@ -62,7 +62,8 @@ def test_a_failure_heavy_run_keeps_one_trace_for_its_one_group(tmp_path: Path) -
     assert group["shortest_steps"] == fewest
     assert group["shortest_seed"] == min(seed for seed, steps in rows if steps == fewest)
     # One trace on disk, the shortest seed's, and it is the one failure listed.
-    assert [p.name for p in tmp_path.glob("*.jsonl")] == [f"counter-{group['shortest_seed']}.jsonl"]
+    assert [p.name for p in tmp_path.glob("*.jsonl")] == \
+        [f"counter-cas=false-{group['shortest_seed']}.jsonl"]
     assert [f["seed"] for f in doc["failures"]] == [group["shortest_seed"]]
 
 
@@ -71,7 +72,8 @@ def test_keep_traces_n_keeps_the_n_shortest_of_the_group(tmp_path: Path) -> None
                    "--keep-traces", "3", "--out", str(tmp_path))
     rows = sorted((steps, seed) for seed, steps in failed_rows(tmp_path))
     shortest = [seed for _, seed in rows[:3]]
-    assert sorted(int(p.stem.split("-")[1]) for p in tmp_path.glob("*.jsonl")) == sorted(shortest)
+    assert sorted(int(p.stem.rsplit("-")[-1]) for p in tmp_path.glob("*.jsonl")) == \
+        sorted(shortest)
     assert [f["seed"] for f in doc["failures"]] == sorted(shortest)
 
 
@@ -144,16 +146,105 @@ def test_a_signature_ignores_the_numbers_a_seed_chose_but_not_what_broke() -> No
     assert one != signature(records("reader-1", 3, "NoLost"), ["NoLost"])
 
 
+def sig_of(action: str) -> str:
+    """A signature (``dst.runner.groups.signature``'s form) whose decisive action is ``action``."""
+    return json.dumps([["X"], "broken", action], separators=(",", ":"))
+
+
 def test_groups_shrunk_to_the_same_story_are_reported_as_one() -> None:
     book = GroupBook(1)
-    for sig, seed, steps in (("a", 0, 9), ("b", 1, 5), ("c", 2, 7)):
+    a, b, c = sig_of("w: read"), sig_of("w: write"), sig_of("w: other")
+    for sig, seed, steps in ((a, 0, 9), (b, 1, 5), (c, 2, 7)):
         book.group(sig).count_failure(seed, steps)
     same = '[["X"],["w: read","w: write"]]'
-    book.group("a").shrunk = Shrunk(Path("a.min.jsonl"), 4, 9, 0, same)
-    book.group("b").shrunk = Shrunk(Path("b.min.jsonl"), 4, 5, 1, same)
+    book.group(a).shrunk = Shrunk(Path("a.min.jsonl"), 4, 9, 0, same)
+    book.group(b).shrunk = Shrunk(Path("b.min.jsonl"), 4, 5, 1, same)
     merged = reports(book)
     assert [len(r.members) for r in merged] == [2, 1]
     assert (merged[0].count, merged[0].first_seed, merged[0].shortest) == (2, 0, (5, 1))
+
+
+#: The complete example of docs/scenarios.md: a payment call whose reply may be lost or late.
+REFUND = '''
+import trio
+from dst import FaultPlan, Scenario, ServiceFaults, ServiceUnavailable
+
+scenario = Scenario(
+    "refund", doc="a timeout treated as 'not charged' around a payment",
+    faults=FaultPlan(services={"payments": ServiceFaults(lose_reply=1, delay=1,
+                                                         delay_seconds=20)}),
+)
+
+
+async def agent(env):
+    charged = False
+    try:
+        with trio.move_on_after(10):
+            await env.services.call("payments", "charge", {"id": "o1", "amount": 5})
+            charged = True
+    except ServiceUnavailable:
+        pass
+    await env.store.put("order", "paid" if charged else "cancelled")
+
+
+@scenario.setup
+def setup(sim, config):
+    charges = {}
+
+    def payments(op, request):
+        charges[request["id"]] = request["amount"]
+        return {"ok": True}
+
+    sim.service("payments", payments)
+    db = sim.store("db")
+    sim.process("agent", agent, stores=["db"])
+    return db, charges
+
+
+@scenario.at_end("NoChargeOnCancelledOrder")
+def consistent(world):
+    db, charges = world
+    return not (db.peek("order") == "cancelled" and charges) or "cancelled, yet charged"
+'''
+
+LOST = "world: service payments: charge took effect; its reply was lost"
+LATE = "world: service payments: charge took effect; its reply is #s late"
+
+
+def test_a_lost_reply_and_a_late_reply_are_two_groups_each_named_by_its_fault(
+        tmp_path: Path) -> None:
+    source = tmp_path / "refund.py"
+    source.write_text(REFUND, encoding="utf-8")
+    doc = run_json(str(source), "--seeds", "60", "--out", str(tmp_path / "o"))
+    by = {g["action"]: g for g in doc["groups"]}
+    assert set(by) == {LOST, LATE}
+    assert sum(g["count"] for g in by.values()) == doc["failed"]
+    # Shrinking tells the late reply's seeds by a lost reply (shorter): that story
+    # belongs to the other group, so the late one is told by its own trace.
+    told = invoke("run", str(source), "--seeds", "60", "--out", str(tmp_path / "o2"))
+    assert "in 2 groups" in told.output
+    late = told.output[told.output.index("group 2:"):]
+    assert "its reply is 20s late" in late and "shrunk:" not in late
+
+
+def test_a_group_whose_shrunk_story_swapped_its_fault_is_not_merged_into_that_fault() -> None:
+    book = GroupBook(1)
+    book.group(sig_of(LOST)).count_failure(0, 2)
+    book.group(sig_of(LATE)).count_failure(1, 3)
+    lost_story = json.dumps([["X"], [LOST]], separators=(",", ":"))
+    book.group(sig_of(LOST)).shrunk = Shrunk(Path("0.min.jsonl"), 2, 2, 0, lost_story)
+    book.group(sig_of(LATE)).shrunk = Shrunk(Path("1.min.jsonl"), 2, 3, 1, lost_story)
+    lost, late = reports(book)
+    assert (lost.lead.action, late.lead.action) == (LOST, LATE)
+    assert lost.shrunk is not None and late.shrunk is None
+    # A fault the shrinker merely dropped (no other of its kind in the story) keeps
+    # the shrunk story: it was padding, not the cause.
+    book = GroupBook(1)
+    book.group(sig_of(LATE)).count_failure(1, 3)
+    book.group(sig_of(LATE)).shrunk = Shrunk(Path("1.min.jsonl"), 2, 3, 1,
+                                             '[["X"],["agent: gave up"]]')
+    [only] = reports(book)
+    assert only.shrunk is not None
 
 
 # -- what the workers render --------------------------------------------------------
@@ -207,7 +298,7 @@ def test_max_failures_stops_after_the_nth_failing_seed_whatever_the_workers(
     # Failing seeds 0, 1, 3: the run stops after seed 3, and only seeds 0..3 are done.
     assert (doc["failed"], doc["runs"], doc["stopped_early"]) == (3, 4, True)
     with ResultsDB(out) as db:
-        assert db.done_ranges(run_key("two", {}, "random")) == [(0, 4)]
+        assert db.done_ranges(db.runs()[0].run_key) == [(0, 4)]
     resumed = run_json(str(source), "--seeds", "450", "-x", "3", "--resume", "--no-shrink",
                        "--out", str(out))
     assert (resumed["failed"], resumed["runs"], resumed["resumed"]) == (6, 8, 4)
@@ -376,7 +467,7 @@ def _killed_midway(tmp_path: Path, victim: str) -> tuple[list[tuple[int, int]], 
         proc.wait()
         gate.touch()  # the resumed run goes through
     with ResultsDB(out) as db:
-        done = db.done_ranges(run_key("noted", {}, "random"))
+        done = db.done_ranges(db.runs()[0].run_key)
     assert done and done != [(0, SEEDS)], "the run ended before it could be killed"
     ran = {int(s) for s in log.read_text().split()}
     log.unlink()

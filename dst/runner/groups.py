@@ -9,7 +9,9 @@ the first seed, the shortest seed (fewest steps) and the traces of the ``N``
 shortest seeds (``dst run --keep-traces N``, 1 by default).
 
 The signature is the invariants violated, the violation's message and the
-*action that broke it* (the last event or fault before the violation), with
+*action that broke it* (the last event or fault before the violation; a service or
+TCP fault with its kind, so that a reply lost, a reply late and a call failed are
+three groups: the code under test must survive each), with
 everything a seed decides folded away: every run of digits becomes ``#``, so
 ``worker-2 incremented (to=1)`` and ``worker-1 incremented (to=5)`` are alike,
 and so are message ids, task numbers and counts.  The whole story is *not* part
@@ -21,7 +23,10 @@ to 862 groups; this signature gives 1 to 4.
 When shrinking is on, each group's shortest trace is shrunk, and groups whose
 shrunk stories have the same *shape* (the invariants and the normalised actions
 of the shrunk story, in order) are reported as one: shrinking strips what the
-seed added, so two groups that shrink to one story are one bug.
+seed added, so two groups that shrink to one story are one bug.  Not when the
+shrinker swapped the group's decisive fault for another kind of it (a reply lost,
+one step shorter than the seeds' reply late): that group stays apart, told by its
+own trace (:func:`swapped`).
 
 Workers decide which traces to render from a :class:`KeepPolicy` the watching
 process sends with each chunk (the steps and seed a failure must beat to be
@@ -66,12 +71,26 @@ def fold(text: str) -> str:
     return _DIGITS.sub("#", text)[:_PART]
 
 
+#: Fault kinds whose record's detail says which fault it was: a service call's reply
+#: lost, late or the call failed; a connection reset, delayed or cut.  The other kinds
+#: are one fault each (``drop``, ``crash``...), their detail a route or a count.
+_KIND_IN_DETAIL = frozenset({"service", "tcp"})
+
+
+def _fault_action(what: str, target: str, detail: str) -> str:
+    """A fault as a folded action: ``world: service payments: charge took effect; its
+    reply was lost``.  The kind of fault is part of it, so that a lost reply and a late
+    one are two groups: two faults the code under test must each survive."""
+    told = f"world: {what} {target}"
+    return fold(f"{told}: {detail}" if what in _KIND_IN_DETAIL and detail else told)
+
+
 def _action_of_tuple(rec: tuple[Any, ...]) -> str | None:
     """A kernel record (``dst.sim.kernel``) as a folded action; None if it is no action."""
     if rec[0] == "event":
         return fold(f"{rec[3]}: {rec[4]}")
     if rec[0] == "fault":
-        return fold(f"world: {rec[3]} {rec[4]}")
+        return _fault_action(rec[3], rec[4], rec[5])
     return None
 
 
@@ -80,7 +99,8 @@ def _action_of_dict(rec: dict[str, Any]) -> str | None:
     if rec.get("type") == "event":
         return fold(f"{rec.get('actor')}: {rec.get('event')}")
     if rec.get("type") == "fault":
-        return fold(f"world: {rec.get('fault')} {rec.get('target')}")
+        return _fault_action(str(rec.get("fault")), str(rec.get("target")),
+                             str(rec.get("detail", "")))
     return None
 
 
@@ -373,7 +393,7 @@ class Report:
 
     @property
     def shrunk(self) -> Shrunk | None:
-        done = [g.shrunk for g in self.members if g.shrunk is not None]
+        done = [g.shrunk for g in self.members if g.shrunk is not None and not swapped(g)]
         return min(done, key=lambda s: (s.steps, s.seed)) if done else None
 
     @property
@@ -381,12 +401,37 @@ class Report:
         return sorted((k for g in self.members for k in g.kept), key=lambda k: k[:2])
 
 
+def swapped(g: Group) -> bool:
+    """Whether ``g``'s shrunk story broke the invariant by another fault of the same
+    kind and target than the one that broke it in ``g``'s seeds (a reply lost, where
+    the seeds had it late).
+
+    The shrinker may do that: it keeps the shortest story of the same violation,
+    whatever the fault.  That story is still worth having (``dst shrink`` tells it),
+    but it is the story of another group: the seeds of this one found code that does
+    not survive *their* fault.
+    """
+    if g.shrunk is None:
+        return False
+    action = g.action
+    if not action.startswith("world: "):
+        return False
+    kind = action.partition(": ")[2].partition(": ")[0]
+    story_actions = json.loads(g.shrunk.shape)[1]
+    alike = [a for a in story_actions if a.startswith(f"world: {kind}")]
+    return bool(alike) and action not in alike
+
+
 def reports(book: GroupBook) -> list[Report]:
-    """The groups as reported: those shrunk to the same shape merged, by first seed."""
+    """The groups as reported: those shrunk to the same shape merged, by first seed.
+
+    A group whose shrunk story swapped its decisive fault (:func:`swapped`) is not
+    merged: it would hide, under the other fault's story, the seeds that fail
+    by this one."""
     merged: dict[str, Report] = {}
     out: list[Report] = []
     for g in book.ordered():
-        key = g.shrunk.shape if g.shrunk is not None else None
+        key = g.shrunk.shape if g.shrunk is not None and not swapped(g) else None
         if key is not None and key in merged:
             merged[key].members.append(g)
             continue
