@@ -241,7 +241,11 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """One line when a seed or a pin ran otherwise than in ``dst`` for the hash seed."""
+    """One line when a seed or a pin ran otherwise than in ``dst`` for the hash seed, and
+    one for each ``@dst.test`` that passed while some of its seeds skipped."""
+    small = sys.modules.get("dst.small")
+    for line in small.partly_skipped() if small is not None else ():
+        terminalreporter.write_line(line)
     testing = sys.modules.get("dst.testing")  # not imported by a session that never used it
     note = testing.hash_seed_note() if testing is not None else None
     if note:

@@ -57,17 +57,18 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterable
+from types import TracebackType
 from typing import Any, overload
 
-from .errors import UsageError
+from .errors import DstError, UsageError
 from .registry import shown_path
 from .scenario import Scenario
 from .sim.faults import NO_FAULTS, FaultPlan
 from .sim.kernel import Sim
 from .sim.state import DEFAULT_MAX_STEPS
 
-__all__ = ["ASSERT", "DEFAULT_SEEDS", "PARAMETERS", "PROCESS", "SEED_TIMEOUT", "STORE",
-           "UNFINISHED", "test"]
+__all__ = ["ASSERT", "DEFAULT_SEEDS", "PARAMETERS", "PROCESS", "RUNTIMES", "SEED_TIMEOUT",
+           "STORE", "UNFINISHED", "test"]
 
 #: Seeds a test runs when it does not say (as many as ``check_seeds`` runs).
 DEFAULT_SEEDS = 500
@@ -84,6 +85,8 @@ SEED_TIMEOUT = 60.0
 #: The violation a body still running at the test's step bound is: a test whose
 #: body never finished has not passed (its last asserts never ran).
 UNFINISHED = "Unfinished"
+#: The runtimes a body may be written for (``@dst.test(runtime=...)``).
+RUNTIMES = ("trio", "asyncio")
 #: What a test function may ask for, by parameter name, and what it gets.
 PARAMETERS = {
     "env": "the dst.Env of the simulated process the body runs as",
@@ -101,13 +104,14 @@ def test(fn: TestBody, /) -> Callable[[], None]: ...
 def test(
     *, seeds: int | Iterable[int] = DEFAULT_SEEDS, faults: FaultPlan | None = None,
     max_steps: int = DEFAULT_MAX_STEPS, seed_timeout: float = SEED_TIMEOUT,
+    runtime: str = "trio",
 ) -> Callable[[TestBody], Callable[[], None]]: ...
 
 
 def test(
     fn: TestBody | None = None, /, *, seeds: int | Iterable[int] = DEFAULT_SEEDS,
     faults: FaultPlan | None = None, max_steps: int = DEFAULT_MAX_STEPS,
-    seed_timeout: float = SEED_TIMEOUT,
+    seed_timeout: float = SEED_TIMEOUT, runtime: str = "trio",
 ) -> Callable[[], None] | Callable[[TestBody], Callable[[], None]]:
     """Decorator: run an ``async def test_...`` body over ``seeds`` simulated runs.
 
@@ -118,10 +122,12 @@ def test(
     ``seed_timeout``: wall-clock seconds a seed may take when the test runs (as
     ``dst run --seed-timeout``): past it, the seed is stopped and the test fails
     (a loop without ``await`` never lets the scheduler decide).  The body may ask
-    for ``env`` and ``faults`` by parameter name.  Without parentheses
-    (``@dst.test``) it runs ``DEFAULT_SEEDS`` seeds.
+    for ``env`` and ``faults`` by parameter name.  ``runtime="asyncio"``: the body
+    is asyncio code, run as the main of an asyncio process (``sim.process(...,
+    runtime="asyncio")``).  Without parentheses (``@dst.test``) it runs
+    ``DEFAULT_SEEDS`` seeds.
     """
-    settings = _Settings(seeds, faults, max_steps, seed_timeout)
+    settings = _Settings(seeds, faults, max_steps, seed_timeout, runtime)
     if fn is not None:
         return settings.wrap(fn)
     return settings.wrap
@@ -134,7 +140,7 @@ class _Settings:
     """The decorator's keywords, checked once, when the test module is imported."""
 
     def __init__(self, seeds: int | Iterable[int], faults: FaultPlan | None,
-                 max_steps: int, seed_timeout: float) -> None:
+                 max_steps: int, seed_timeout: float, runtime: str = "trio") -> None:
         if isinstance(seeds, (bool, str, bytes)) or not isinstance(seeds, (int, Iterable)) or (
                 isinstance(seeds, int) and seeds < 1):
             raise UsageError(f"@dst.test(seeds=...) is a count of 1 or more or the seeds "
@@ -157,6 +163,10 @@ class _Settings:
                 not 0 < seed_timeout < float("inf"):
             raise UsageError(f"@dst.test(seed_timeout=...) is a number of seconds above 0, "
                              f"not {seed_timeout!r}")
+        if runtime not in RUNTIMES:
+            raise UsageError(f"@dst.test(runtime=...) is 'trio' (the default) or 'asyncio', "
+                             f"not {runtime!r}")
+        self.runtime = runtime
         self.seeds = seeds
         self.faults = faults if faults is not None else NO_FAULTS
         self.max_steps = max_steps
@@ -171,7 +181,7 @@ class _Settings:
         doc = (inspect.getdoc(fn) or "").strip().partition("\n")[0]
         scenario = Scenario(name, doc=doc or f"the dst test {name}", faults=self.faults,
                             max_steps=self.max_steps)
-        setup = _Setup(fn, asked, self.max_steps)
+        setup = _Setup(fn, asked, self.max_steps, self.runtime)
         scenario.setup(setup)
         scenario.invariant(ASSERT)(_Outcome.check)
         scenario.invariant(UNFINISHED)(_Outcome.finished)
@@ -188,28 +198,30 @@ class _Settings:
 
             ref = f"{shown_path(filename)}::{name}"
             setup.explained.clear()
-            setup.skipped = None
+            setup.skipped.clear()
+            runs = 0
             try:
                 with _Watchdog(setup, timeout):
                     try:
-                        check_seeds(scenario, seeds, scenario_ref=ref, verbose=True,
-                                    trace_name=f"{module}.{name}")
+                        runs = check_seeds(scenario, seeds, scenario_ref=ref, verbose=True,
+                                           trace_name=f"{module}.{name}").runs
                         failure = None
                     except SeedFailed as exc:
                         failure = str(exc) + _explanation(setup.explained.get(exc.seed))
             except BaseException as exc:  # the watchdog's stop, maybe in trio's groups
-                stopped = exc.split(_SeedTimedOut)[0] if isinstance(
-                    exc, BaseExceptionGroup) else exc
-                if not isinstance(stopped, (_SeedTimedOut, BaseExceptionGroup)):
+                leaf = _leaf(exc)
+                if isinstance(leaf, DstError):  # the body awaited asyncio in a trio test
+                    failure = str(leaf)
+                elif isinstance(leaf, _SeedTimedOut):
+                    failure = (f"{name}: seed {setup.seed} ran for more than {timeout:g}s of "
+                               "wall-clock time without finishing, so it was stopped: a "
+                               "loop without await, or a call that blocks, in the body? "
+                               "(raise @dst.test(seed_timeout=...) if it is only slow)")
+                else:
                     raise
-                failure = (f"{name}: seed {setup.seed} ran for more than {timeout:g}s of "
-                           "wall-clock time without finishing, so it was stopped: a loop "
-                           "without await, or a call that blocks, in the body? (raise "
-                           "@dst.test(seed_timeout=...) if it is only slow)")
             if failure is not None:  # outside the except: the message alone, not a chain
                 _fail(failure)
-            if setup.skipped is not None:  # pytest.skip() in the body: the test is skipped
-                raise setup.skipped  # its traceback ends at the user's skip() line
+            _after_skips(ref, setup.skipped, runs)
 
         run.__name__ = name
         run.__qualname__ = fn.__qualname__
@@ -221,6 +233,38 @@ class _Settings:
         if hasattr(fn, "pytestmark"):  # @pytest.mark.xfail(...) under @dst.test
             run.pytestmark = fn.pytestmark  # type: ignore[attr-defined]
         return run
+
+
+#: Under pytest, one line for each test that passed while some of its seeds skipped
+#: (told at the end of the session by dst's plugin, ``partly_skipped``).
+_PARTLY_SKIPPED: list[str] = []
+
+
+def _after_skips(ref: str, skipped: dict[int, BaseException], runs: int) -> None:
+    """A test skipped by ``pytest.skip()`` (or ``pytest.xfail()``) on every seed it ran is
+    skipped (xfailed); one that ran on other seeds passed on those, as under ``dst run``,
+    and the end of the session says how many seeds skipped."""
+    if not skipped:
+        return
+    if len(skipped) >= runs:  # every seed: the test is skipped (xfailed)
+        first = next(iter(skipped.values()))
+        raise first  # its traceback ends at the user's skip() line
+    reasons = sorted({_reason(exc) for exc in skipped.values()})
+    _PARTLY_SKIPPED.append(
+        f"{ref}: {len(skipped)} of {runs} seeds skipped ({'; '.join(reasons)}); it passed "
+        f"on the other {runs - len(skipped)}")
+
+
+def partly_skipped() -> list[str]:
+    """The lines :func:`_after_skips` kept: tests that passed with some seeds skipped."""
+    return list(_PARTLY_SKIPPED)
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception of ``exc``'s groups, however deep (``exc`` itself if none)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _named(fn: object) -> str:
@@ -340,12 +384,16 @@ class _Outcome:
 
     def __init__(self, sim: Sim, bound: int) -> None:
         self.failed: str | None = None
+        #: The one line saying the body used the wrong runtime (raised by ``check``).
+        self.misused: str | None = None
         self.done = False
         self.sim = sim
         #: The test's own step bound (``@dst.test(max_steps=...)``).
         self.bound = bound
 
     def check(self) -> bool | str:
+        if self.misused is not None:  # no finding: the test is written wrong
+            raise UsageError(self.misused)
         return True if self.failed is None else self.failed
 
     def finished(self) -> bool | str:
@@ -371,14 +419,16 @@ class _Setup:
     (``Scenario.user_code``) as for a scenario written in the test's module.
     """
 
-    def __init__(self, fn: TestBody, asked: frozenset[str], bound: int) -> None:
+    def __init__(self, fn: TestBody, asked: frozenset[str], bound: int,
+                 runtime: str = "trio") -> None:
         self.fn = fn
         self.asked = asked
         self.bound = bound
+        self.runtime = runtime
         #: Seed -> the failed assertion's full text (pytest's explanation, not recorded).
         self.explained: dict[int, str] = {}
-        #: ``pytest.skip()`` called by the body: the test is skipped, not failed.
-        self.skipped: BaseException | None = None
+        #: Seed -> the ``pytest.skip()`` (or ``pytest.xfail()``) its body called.
+        self.skipped: dict[int, BaseException] = {}
         #: Seeds started so far, and the last one (read by :class:`_Watchdog`).
         self.started = 0
         self.seed = 0
@@ -397,31 +447,68 @@ class _Setup:
             try:
                 await fn(**{k: v for k, v in given.items() if k in asked})
             except BaseException as exc:  # an assertion, however deep in task groups
-                leaf: BaseException = exc
-                while isinstance(leaf, BaseExceptionGroup):
-                    leaf = leaf.exceptions[0]
+                leaf = _leaf(exc)
                 if isinstance(leaf, _SeedTimedOut):
                     raise leaf from None  # the run is abandoned: out of the kernel at once
                 if _is_skip(leaf):
-                    if self.skipped is None:
-                        self.skipped = leaf
+                    self.skipped.setdefault(seed, leaf)
                     _skipped(sim, leaf)
                     return
-                if not isinstance(leaf, AssertionError):
+                if self.runtime == "trio" and _awaited_asyncio(leaf):
+                    outcome.misused = (
+                        f"{fn.__name__}: the test body awaited asyncio"
+                        f"{_where(leaf)}, which a trio test cannot run; write "
+                        '@dst.test(runtime="asyncio") and make the body asyncio code')
+                    return
+                if not isinstance(leaf, AssertionError) and not _is_fail(leaf):
                     raise
                 outcome.failed = assertion_message(leaf)
                 explained[seed] = str(leaf)
             finally:
                 outcome.done = True
 
-        sim.process(PROCESS, main, stores=[STORE])
+        sim.process(PROCESS, main, stores=[STORE], runtime=self.runtime)
         return outcome
 
 
 def _is_skip(exc: BaseException) -> bool:
-    """``pytest.skip()``: the test does not apply here, whatever the seed."""
+    """``pytest.skip()`` or ``pytest.xfail()``: the seed tested nothing."""
     runner = sys.modules.get("pytest")
-    return runner is not None and isinstance(exc, runner.skip.Exception)
+    return runner is not None and isinstance(exc, (runner.skip.Exception,
+                                                   runner.xfail.Exception))
+
+
+def _is_fail(exc: BaseException) -> bool:
+    """``pytest.fail(msg)``: a failed test, as a failed ``assert`` is (not an xfail)."""
+    runner = sys.modules.get("pytest")
+    return runner is not None and isinstance(exc, runner.fail.Exception) and not \
+        isinstance(exc, runner.xfail.Exception)
+
+
+#: What trio says when a task awaits something of another event loop's (asyncio's).
+_FOREIGN = "trio.run received unrecognized yield message"
+
+
+def _awaited_asyncio(exc: BaseException) -> bool:
+    """Whether ``exc`` is trio refusing what an asyncio awaitable yielded."""
+    return isinstance(exc, TypeError) and str(exc).startswith(_FOREIGN)
+
+
+def _where(exc: BaseException) -> str:
+    """`` at FILE:LINE in FUNCTION``: the user's innermost frame of ``exc``, if any."""
+    from .sim.blocked import user_frames
+
+    frames = user_frames(_without_libraries(exc.__traceback__))
+    return f" at {frames[-1]}" if frames else ""
+
+
+def _reason(exc: BaseException) -> str:
+    """The reason ``pytest.skip(reason)`` gave (``xfail: reason`` for ``pytest.xfail``)."""
+    reason = str(getattr(exc, "msg", None) or exc).strip().partition("\n")[0]
+    runner = sys.modules.get("pytest")
+    if runner is not None and isinstance(exc, runner.xfail.Exception):
+        return f"xfail: {reason}" if reason else "xfail"
+    return reason or "skipped"
 
 
 #: The event a run records when its body calls ``pytest.skip()``, and the attribute
@@ -434,7 +521,7 @@ def _skipped(sim: Sim, exc: BaseException) -> None:
     """Record that the body skipped: an event of the process ``test`` with the reason
     (``dst show`` tells it), and the reason on the run, for ``dst run`` to count the
     seed as skipped rather than passed (it tested nothing)."""
-    reason = str(getattr(exc, "msg", None) or exc).strip().partition("\n")[0] or "skipped"
+    reason = _reason(exc)
     sim.event(PROCESS, SKIPPED, {"reason": reason})
     setattr(sim, _REASON, reason)
 
@@ -446,7 +533,7 @@ def skip_reason(sim: Sim) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
-def assertion_message(exc: AssertionError) -> str:
+def assertion_message(exc: BaseException) -> str:
     """What a run records of a failed assertion: the same under pytest's rewriting as without.
 
     The first line of the assertion's own message when it has one, else the
@@ -464,9 +551,29 @@ def assertion_message(exc: AssertionError) -> str:
         test = ast.get_source_segment(source, node.test) or "..."
         text = f"assert {' '.join(test.split())}"
     else:
-        text = str(exc).strip().partition("\n")[0] or "AssertionError"
-    frames = user_frames(exc.__traceback__)
+        text = str(exc).strip().partition("\n")[0] or (
+            "AssertionError" if isinstance(exc, AssertionError) else "pytest.fail()")
+    frames = user_frames(_without_libraries(exc.__traceback__))
     return f"{text} ({frames[-1]})" if frames else text
+
+
+#: Packages whose frames a failure is not told at: ``pytest.fail()`` raises in pytest's,
+#: and what trio refuses of asyncio is raised in asyncio's.
+_NOT_USERS = ("pytest", "_pytest", "asyncio")
+
+
+def _without_libraries(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without the frames of :data:`_NOT_USERS`: the failure is told at the
+    user's line."""
+    kept = []
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).partition(".")[0] not in _NOT_USERS:
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
 
 
 def _assert_at(filename: str, line: int) -> ast.Assert | None:

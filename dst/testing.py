@@ -75,7 +75,7 @@ DEFAULT_OUT = Path("traces") / "failures"
 #: Where ``dst pin`` puts pinned traces, and where the pytest plugin looks by default.
 DEFAULT_PIN_DIR = Path("traces") / "regressions"
 
-#: Seeds run between two looks for a failure: a failing seed stops the search soon.
+#: Seeds run in one ``trio.run``; a failing seed stops its batch as it ends.
 _BATCH = 50
 #: Story lines an assertion message tells; a longer story keeps its end.
 _STORY_LINES = 40
@@ -106,6 +106,10 @@ class SeedsChecked:
                f"{', ...' if len(self.bounded) > 5 else ''})" if self.bounded else "")
         return (f"{self.scenario} [{_config_text(self.config)}]: {counted(self.runs, 'run')}, "
                 f"no violation{cut}")
+
+
+class _FirstFailure(Exception):
+    """Raised as a batch's run ends with a violation: :func:`check_seeds` stops there."""
 
 
 class SeedFailed(AssertionError):
@@ -157,9 +161,18 @@ def check_seeds(
     def run(batch: list[int]) -> None:
         nonlocal runs
         results: list[RunResult] = []
-        run_seeds(scen, cfg, batch, results.append)
+
+        def ended(r: RunResult) -> None:
+            results.append(r)
+            if r.violated:  # the first failing seed: the batch's later seeds do not run
+                raise _FirstFailure
+
+        try:
+            run_seeds(scen, cfg, batch, ended)
+        except _FirstFailure:
+            pass
         if current_hash_seed() != 0:
-            _AWAY["seeds"] += len(batch)
+            _AWAY["seeds"] += len(results)
         for r in results:
             runs += 1
             if r.ended == "bound":
