@@ -261,7 +261,11 @@ def _missing_file(ref: str, dirs: list[Path],
     """No scenario file ``ref`` (relative to each of ``dirs``): where it was looked for,
     and a near name of a ``.py`` file there."""
     where = f"in the working directory {os.getcwd()}"
-    if beside_of is not None:
+    if os.path.isabs(ref):  # looked for where it says, nowhere else
+        parent = os.path.dirname(ref)
+        where = (f"(no such file in {parent})" if os.path.isdir(parent)
+                 else f"(no directory {parent})")
+    elif beside_of is not None:
         where = f"beside {shown_path(os.fspath(beside_of))} or {where}"
     names = sorted({os.path.normpath(Path(ref).parent / found.name) for base in dirs
                     for found in (base / ref).parent.glob("*.py")})

@@ -44,7 +44,7 @@ def test_an_unknown_scenario_file_is_refused(tmp_path: Path) -> None:
 def test_a_scenario_file_not_found_is_refused_with_a_near_name(tmp_path: Path) -> None:
     (tmp_path / "bank.py").write_text("", encoding="utf-8")
     assert_one_line_error(invoke("run", str(tmp_path / "bnak.py")),
-                          "in the working directory", f"did you mean {tmp_path / 'bank.py'}?")
+                          f"(no such file in {tmp_path})", f"did you mean {tmp_path / 'bank.py'}?")
 
 
 def test_a_pins_note_given_as_a_trace_is_told_apart(tmp_path: Path) -> None:

@@ -154,3 +154,84 @@ def test_a_divergence_of_a_trace_from_a_random_hash_seed_says_so_first(
     assert old.exit_code == 3, old.output
     assert "hash seed" not in old.stdout
     assert old.stdout.splitlines()[1].startswith("  likely cause: the code under test")
+
+
+@pytest.mark.parametrize("given", ["abc", "-1", "3x"])
+@pytest.mark.parametrize("command", [["run", "counter"], ["explore", "counter"]])
+def test_a_seed_that_is_not_one_is_refused_saying_what_a_seed_is(
+        command: list[str], given: str) -> None:
+    done = invoke(*command, "--seed", given)
+    assert done.exit_code == 2 and done.stderr.count("\n") == 1, done.output
+    assert f"{given!r} is not a seed: a seed is a whole number, 0 or more (e.g. --seed 3)" \
+        in done.stderr
+    assert "integer range" not in done.stderr
+    if command[0] == "run":
+        assert "for several seeds give --seed-range A:B or --seeds N" in done.stderr
+
+
+def test_a_missing_absolute_scenario_path_is_reported_where_it_was_looked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "bank.py").write_text(readme_scenario(), encoding="utf-8")
+    typo = invoke("run", str(tmp_path / "here" / "bnak.py"))
+    assert typo.exit_code == 2
+    assert typo.stderr == (f"error: no scenario file {tmp_path}/here/bnak.py (no such file in "
+                           f"{tmp_path}/here); did you mean {tmp_path}/here/bank.py?\n")
+    nowhere = invoke("run", str(tmp_path / "gone" / "bank.py"))
+    assert nowhere.exit_code == 2
+    assert nowhere.stderr == (f"error: no scenario file {tmp_path}/gone/bank.py (no directory "
+                              f"{tmp_path}/gone)\n")
+    assert "working directory" not in typo.stderr + nowhere.stderr
+
+
+NET = '''
+import asyncio
+from dst import Scenario
+
+
+scenario = Scenario("reset", doc="a handler reads from a connection the peer reset")
+
+
+async def handle(env):
+    raise ConnectionResetError(104, "Connection reset by peer")
+
+
+@scenario.setup
+def setup(sim, config):
+    sim.process("pay", handle, runtime="asyncio")
+'''
+
+
+def test_an_uncaught_error_names_its_line_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("reset.py").write_text(NET, encoding="utf-8")
+    done = invoke("run", "reset.py", "--seeds", "1", "--out", "out", "--json")
+    assert done.exit_code == 1, done.output
+    path = json.loads(done.stdout)["groups"][0]["traces"][0]
+    (violation,) = [r for r in read_trace(path).records if r["type"] == "violation"]
+    assert violation["frames"] and violation["frames"][-1] in violation["message"]
+    for fmt in ("text", "markdown"):
+        shown = invoke("show", path, "--format", fmt).stdout.replace("\\", "")
+        told = [line for line in shown.splitlines() if "VIOLATED NoUncaughtError" in line]
+        assert told and all(line.count(violation["frames"][-1]) == 1 for line in told), told
+
+
+def _story(text: str) -> list[str]:
+    """The story lines a command printed, without their numbers and steps."""
+    return [" ".join(line.split()[1:]) for line in text.splitlines()
+            if re.match(r"\s+\d+\s+\d\d:\d\d:\d\d\.\d{3}\s", line)]
+
+
+def test_dst_shrink_tells_event_fields_in_the_order_dst_show_and_dst_run_do(
+        bank_trace: Path) -> None:
+    shrunk = invoke("shrink", str(bank_trace), "--scenario", "bank.py", "-o", "small.jsonl")
+    assert shrunk.exit_code == 1, shrunk.output
+    shown = invoke("show", "small.jsonl")
+    told = _story(shrunk.stdout)
+    assert any("teller=" in line for line in told), told
+    assert told == _story(shown.stdout)
+    seed = read_trace(bank_trace).header["seed"]
+    run = invoke("run", "bank.py", "-c", "locked=false", "--seed", str(seed), "--out", "again")
+    assert set(_story(run.stdout)) >= {line for line in told if "teller=" in line}

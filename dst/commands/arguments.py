@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+import click
 
 from dst.errors import UsageError
 
@@ -45,3 +48,23 @@ def key_values(items: tuple[str, ...] | list[str], example: str = "-c cas=false"
             raise UsageError(f"{item!r} is not key=value (e.g. {example})")
         out[key.strip()] = text.strip()
     return out
+
+
+class Seed(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
+    """``--seed N``: one run's seed, a whole number from 0 (what a trace header records)."""
+
+    name = "N"
+
+    def __init__(self, several: str = "") -> None:
+        #: How the command takes more than one seed, for the message (``--seed-range A:B``).
+        self.several = several
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        text = str(value).strip()
+        if not (text.isascii() and text.isdigit()):
+            more = f"; for several seeds give {self.several}" if self.several else ""
+            self.fail(f"{value!r} is not a seed: a seed is a whole number, 0 or more "
+                      f"(e.g. --seed 3){more}", param, ctx)
+        return int(text)

@@ -39,7 +39,7 @@ from ..trace.codec import write_trace
 from ..trace.escape import visible
 from ..trace.render import counted
 from ..verdict_table import only
-from .arguments import key_values, out_dir
+from .arguments import Seed, key_values, out_dir
 
 EXIT_OK, EXIT_VIOLATION = 0, 1
 
@@ -89,7 +89,7 @@ def _duration(text: str) -> float:
               show_default=True, help="Stop (not a proof) after this many schedules.")
 @click.option("--budget", default=None, metavar="DURATION",
               help="Stop (not a proof) after this long: 30s, 5m, 1h.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=Seed(), default=0, show_default=True,
               help="Seed of the fakes' own draws (sim.rng, env.rng); choices are all explored.")
 @click.option("--no-por", is_flag=True, help="Plain depth-first search: every interleaving.")
 @click.option("--compare-dfs", is_flag=True,

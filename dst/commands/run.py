@@ -29,7 +29,7 @@ from ..runner.groups import MAX_GROUPS
 from ..runner.progress import Progress, interactive
 from ..runner.results import DB_NAME
 from ..runner.workers import SEED_TIMEOUT
-from .arguments import out_dir
+from .arguments import Seed, out_dir
 
 
 class SwitchParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
@@ -188,7 +188,7 @@ def check_report(option: str, target: str | None) -> None:
               help="Set a scenario switch (repeatable); `dst list` shows them.")
 @click.option("--seeds", type=click.IntRange(min=1), default=None,
               help="Run seeds 0..N-1 (default 1000).")
-@click.option("--seed", "one_seed", type=click.IntRange(min=0), default=None,
+@click.option("--seed", "one_seed", type=Seed("--seed-range A:B or --seeds N"), default=None,
               help="Run just this seed.")
 @click.option("--seed-range", type=SeedRange(), default=None, help="Run seeds A..B-1.")
 @click.option("--shard", type=Shard(), default=None,

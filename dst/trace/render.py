@@ -33,9 +33,12 @@ def format_time(t: float) -> str:
 
 
 def fields(values: dict[str, Any]) -> str:
-    """An event's fields as ``key=value`` pairs, values that are not text or a number as JSON."""
+    """An event's fields as ``key=value`` pairs, values that are not text or a number as JSON.
+
+    In the order of their names, as a trace file holds them: a trace in memory (the one
+    ``dst shrink`` has just made) tells its story as the same trace read back does."""
     return " ".join(f"{k}={v}" if isinstance(v, (str, int, float)) else f"{k}={json.dumps(v)}"
-                    for k, v in values.items())
+                    for k, v in sorted(values.items()))
 
 
 def _config(config: dict[str, Any]) -> str:
@@ -77,7 +80,8 @@ def describe(rec: dict[str, Any]) -> tuple[str, str] | None:
         return (target if what in ("refused", "stale") else "world"), text
     if kind == "violation":
         frames = rec.get("frames") or []
-        where = f"  (at {frames[-1]})" if frames else ""
+        # Told once: a message that names the frame already (NoUncaughtError's) is enough.
+        where = f"  (at {frames[-1]})" if frames and frames[-1] not in rec["message"] else ""
         return "check", f"VIOLATED {rec['invariant']}: {rec['message']}{where}"
     if kind == "check":
         verdict = "holds" if rec["ok"] else f"FAILS: {rec['message']}"
