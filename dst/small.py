@@ -454,11 +454,8 @@ class _Setup:
                     self.skipped.setdefault(seed, leaf)
                     _skipped(sim, leaf)
                     return
-                if self.runtime == "trio" and _awaited_asyncio(leaf):
-                    outcome.misused = (
-                        f"{fn.__name__}: the test body awaited asyncio"
-                        f"{_where(leaf)}, which a trio test cannot run; write "
-                        '@dst.test(runtime="asyncio") and make the body asyncio code')
+                if _awaited_other_runtime(leaf, self.runtime):
+                    outcome.misused = _misused(fn.__name__, leaf, self.runtime)
                     return
                 if not isinstance(leaf, AssertionError) and not _is_fail(leaf):
                     raise
@@ -487,11 +484,33 @@ def _is_fail(exc: BaseException) -> bool:
 
 #: What trio says when a task awaits something of another event loop's (asyncio's).
 _FOREIGN = "trio.run received unrecognized yield message"
+#: What asyncio says when a task awaits something of another event loop's (trio's).
+_BAD_YIELD = "Task got bad yield: "
 
 
-def _awaited_asyncio(exc: BaseException) -> bool:
-    """Whether ``exc`` is trio refusing what an asyncio awaitable yielded."""
-    return isinstance(exc, TypeError) and str(exc).startswith(_FOREIGN)
+def _awaited_other_runtime(exc: BaseException, runtime: str) -> bool:
+    """Whether ``exc`` is trio refusing what an asyncio awaitable yielded, or asyncio
+    refusing one of trio's traps."""
+    if runtime == "trio":
+        return isinstance(exc, TypeError) and str(exc).startswith(_FOREIGN)
+    if not isinstance(exc, RuntimeError) or not str(exc).startswith(_BAD_YIELD):
+        return False
+    tb = exc.__traceback__  # thrown in where trio's trap yielded: trio's frames
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).partition(".")[0] == "trio":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _misused(name: str, exc: BaseException, runtime: str) -> str:
+    """One line: the body awaited the other runtime, and how to write the test."""
+    if runtime == "trio":
+        return (f"{name}: the test body awaited asyncio{_where(exc)}, which a trio test "
+                'cannot run; write @dst.test(runtime="asyncio") and make the body '
+                "asyncio code")
+    return (f"{name}: the test body awaited trio{_where(exc)}, which an asyncio test "
+            'cannot run; drop runtime="asyncio" (a trio test) or make the body asyncio code')
 
 
 def _where(exc: BaseException) -> str:

@@ -59,7 +59,13 @@ async def aio_race_locked(env: dst.Env, faults: dst.FaultPlan) -> None:
 @dst.test(seeds=5)
 async def trio_body_awaits_asyncio() -> None:
     await trio.sleep(0)
+    await asyncio.sleep(0)  # trio cannot run it
+
+
+@dst.test(seeds=5, runtime="asyncio")
+async def asyncio_body_awaits_trio() -> None:
     await asyncio.sleep(0)
+    await trio.sleep(1)
 
 
 @dst.test(seeds=5)
@@ -136,13 +142,22 @@ AWAITED = ("trio_body_awaits_asyncio: the test body awaited asyncio at "
 
 def test_a_trio_body_awaiting_asyncio_fails_in_one_line_naming_the_runtime(
         here: Path) -> None:
-    line = _line_of("await asyncio.sleep(0)\n\n\n@dst.test(seeds=5)\nasync def calls_")
+    line = _line_of("await asyncio.sleep(0)  # trio cannot run it")
     assert _failure(trio_body_awaits_asyncio) == AWAITED.format(line=line)
     ran = invoke("run", f"{__file__}::trio_body_awaits_asyncio", "--seeds", "5",
                  "--workers", "1")
     assert ran.exit_code == UsageError.exit_code, ran.output
     assert ran.stderr.strip() == f"error: {AWAITED.format(line=line)}", ran.stderr
     assert not list(here.glob("traces/**/*.jsonl"))  # no finding, no trace
+
+
+def test_an_asyncio_body_awaiting_trio_fails_in_one_line_naming_the_runtime(
+        here: Path) -> None:
+    assert _failure(asyncio_body_awaits_trio) == (
+        "asyncio_body_awaits_trio: the test body awaited trio at test_small_form_outcomes.py:"
+        f"{_line_of('await trio.sleep(1)')} in asyncio_body_awaits_trio, which an asyncio "
+        'test cannot run; drop runtime="asyncio" (a trio test) or make the body asyncio code')
+    assert not list(here.glob("traces/**/*.jsonl"))
 
 
 def test_pytest_fail_in_the_body_is_a_violation_told_at_the_user_s_line(here: Path) -> None:
