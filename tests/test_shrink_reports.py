@@ -163,9 +163,67 @@ def test_a_deadlock_of_several_processes_shrinks_to_the_story_of_the_tasks_it_na
     lines = told.splitlines()
     assert f"formed by step 1 (from {banks_last_step(trace)})" in lines[0]
     assert "bank@db.put(start)" in lines[2]
-    assert "after step 1, the last step of bank, left out (dst show tells them)" in lines[3]
-    assert "VIOLATED Deadlock: nothing left can wake bank/transfer waits" in lines[4]
-    assert lines[5].startswith("  trace:  ")
+    # The audit's and the ledger's steps are counted, not told; the waits are told.
+    assert "left out: " in lines[3] and "of audit, ledger, timers, which the deadlock " \
+        "does not name" in lines[3]
+    assert "deadlocked: bank/transfer waits in trio.Lock.acquire" in lines[4]
+    assert "deadlocked: bank/transfer#2 waits in trio.Lock.acquire" in lines[5]
+    assert "VIOLATED Deadlock: nothing left can wake bank/transfer waits" in lines[6]
+    assert lines[7].startswith("  trace:  ")
+
+
+#: Two processes take two locks in opposite orders and log nothing; a third logs.
+QUIET_DEADLOCK = '''
+import trio
+import structlog
+from dst import Env, Scenario, Sim
+
+log = structlog.get_logger()
+scenario = Scenario("locks2", doc="two processes take two locks; a third does unrelated work")
+
+
+async def transfer(env: Env, locks, a, b):
+    async with locks[a]:
+        await env.store.put(f"{env.name}/got", a)
+        async with locks[b]:
+            await env.store.put(f"{env.name}/done", True)
+
+
+async def noise(env: Env):
+    for i in range(10):
+        await env.store.put(f"noise{i}", i)
+        log.info("noise", i=i)
+
+
+@scenario.setup
+def setup(sim: Sim, config):
+    locks = {k: trio.Lock() for k in "xy"}
+    sim.process("noise", noise, stores=["db"])
+    sim.process("p1", lambda env: transfer(env, locks, "x", "y"), stores=["db"])
+    sim.process("p2", lambda env: transfer(env, locks, "y", "x"), stores=["db"])
+'''
+
+
+def test_a_deadlock_of_tasks_that_log_nothing_is_told_by_their_steps_not_the_noise(
+        tmp_path: Path) -> None:
+    source = tmp_path / "locks2.py"
+    source.write_text(QUIET_DEADLOCK, encoding="utf-8")
+    trace = failures(source, tmp_path, 5)[0]["trace"]
+    out = tmp_path / "min.jsonl"
+    for told in (invoke("show", trace).stdout,
+                 invoke("shrink", trace, "--scenario", str(source), "-o", str(out)).stdout,
+                 invoke("run", str(source), "--seeds", "3", "--out",
+                        str(tmp_path / "again")).stdout):
+        # Each deadlocked process's step that took its first lock, where each waits,
+        # and the noise counted in one line, never told.
+        assert "-> p1@db.put(p1/got)" in told and "-> p2@db.put(p2/got)" in told, told
+        assert "deadlocked: p1 waits in trio.Lock.acquire" in told
+        assert "deadlocked: p2 waits in trio.Lock.acquire" in told
+        assert "left out: 10 lines of noise, which the deadlock does not name" in told
+        assert "noise  (i=" not in told
+        assert "dst show tells them" not in told
+    verbose = invoke("show", "-v", trace).stdout
+    assert verbose.count("noise  (i=") == 10 and "left out" not in verbose
 
 
 def test_a_failure_that_is_no_deadlock_reports_no_formation(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ one, its crash or restart, an event one of their tasks logged).  After it those
 tasks never move again, and what follows is the other processes running to
 rest.  The shrinker minimises that step first, so that the deadlocked tasks'
 own story comes first and the rest after it, and ``dst shrink`` tells the story
-to there.
+to there.  The story itself (``dst.trace.render.story``) tells a deadlock by its
+tasks' steps, logged or not, and counts the other processes' lines in one.
 
 "The same" deadlock is the same tasks waiting in the same places: the
 message's ``TASK waits in WHERE`` parts with their digits folded (a task's
@@ -25,24 +26,13 @@ deadlocks other tasks, or the same ones elsewhere, is another bug.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..runner.groups import fold
+from ..trace.causes import DEADLOCK, deadlock_waits, owner, process_of
 from ..trace.model import Trace
-
-#: The built-in finding this module reads.
-DEADLOCK = "Deadlock"
-#: How the kernel's ``Deadlock`` message begins; its waits follow, ``; ``-separated.
-_PREFIX = "nothing left can wake "
-#: A task's option: ``P/task@op``, or an asyncio call's ``P/task:call@op``.
-_TASK = re.compile(r"^([^@:]+)(?::call)?@")
-#: A message's option: its route, whose receiver takes the step.
-_MESSAGE = re.compile(r"^(?:deliver|drop|dup):m\d+\((.*)\)$")
-#: A process's own options: ``crash:P``, ``restart:P``, ``partition:P``.
-_PROCESS = re.compile(r"^(?:crash|restart|partition):(.*)$")
 
 #: One record as this module reads it: (type, step, who, detail).  ``who`` is a
 #: decision's chosen label, an event's actor or a violation's invariant; ``detail``
@@ -93,32 +83,12 @@ def deadlock(rows: Iterable[Row]) -> Deadlock | None:
 
 
 def _deadlock(before: list[Row], message: str) -> Deadlock:
-    waits = [w for w in message.removeprefix(_PREFIX).split("; ") if w]
-    processes = {_process(w.partition(" waits in ")[0]) for w in waits}
+    waits = deadlock_waits(message)
+    processes = {process_of(w.partition(" waits in ")[0]) for w in waits}
     formed = 0
     for kind, step, who, detail in before:
-        owner = _process(who) if kind == "event" else (
-            None if detail == "data" else _owner(who))
-        if owner in processes:
+        found = process_of(who) if kind == "event" else (
+            None if detail == "data" else owner(who))
+        if found in processes:
             formed = step
     return Deadlock(tuple(sorted(fold(w) for w in waits)), formed, tuple(sorted(processes)))
-
-
-def _process(task: str) -> str:
-    """The process of a task label (``bank/transfer#2`` -> ``bank``)."""
-    return task.split("/", 1)[0]
-
-
-def _owner(label: str) -> str | None:
-    """The process a scheduler option is a step of; None for a timer (no record names
-    its owner)."""
-    found = _MESSAGE.match(label)
-    if found:
-        return found.group(1).rpartition("->")[2]
-    found = _PROCESS.match(label)
-    if found:
-        return found.group(1)
-    if label.startswith("timer@"):
-        return None
-    found = _TASK.match(label)
-    return _process(found.group(1)) if found else None

@@ -24,6 +24,11 @@ HTML page draws, cut at the first violation:
   restart or a heal is a recovery, a refused or stale call a consequence: the
   story tells those where they happen.
 
+- **deadlocked**: for a ``Deadlock``, each task it names, where it waits and its
+  last step.  Such tasks often log nothing, so :func:`dst.trace.render.story` also
+  tells their scheduling decisions (what let each take what it holds) and leaves
+  out the other processes' lines, counted in one line (:func:`stuck_in`).
+
 A run without any of these gets no line at all: a plain race keeps its short
 story.  Each kind is capped (:data:`MAX_LISTED`), the rest counted in one more
 line, so that a long chaotic run still tells a story that fits a screen.
@@ -31,6 +36,8 @@ line, so that a long chaotic run still tells a story that fits a screen.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from .model import Trace
@@ -58,6 +65,97 @@ _INJECTED = {
 }
 
 
+#: The built-in finding of tasks that wait on each other at rest.
+DEADLOCK = "Deadlock"
+#: How the kernel's ``Deadlock`` message begins; its waits follow, ``; ``-separated.
+_PREFIX = "nothing left can wake "
+#: A task's option: ``P/task@op``, or an asyncio call's ``P/task:call@op``.
+_TASK = re.compile(r"^([^@:]+)(?::call)?@")
+#: A message's option: its route, whose receiver takes the step.
+_MESSAGE = re.compile(r"^(?:deliver|drop|dup):m\d+\((.*)\)$")
+#: A process's own options: ``crash:P``, ``restart:P``, ``partition:P``.
+_PROCESS = re.compile(r"^(?:crash|restart|partition):(.*)$")
+
+
+def deadlock_waits(message: str) -> list[str]:
+    """A ``Deadlock`` message's ``TASK waits in WHERE`` parts."""
+    return [w for w in message.removeprefix(_PREFIX).split("; ") if w]
+
+
+def process_of(task: str) -> str:
+    """The process of a task label (``bank/transfer#2`` -> ``bank``)."""
+    return task.split("/", 1)[0]
+
+
+def task_of(label: str) -> str | None:
+    """The task a scheduler option runs (``bank/transfer#2``), or None for another option."""
+    found = _TASK.match(label)
+    return found.group(1) if found else None
+
+
+def owner(label: str) -> str | None:
+    """The process a scheduler option is a step of; None for a timer (no record names
+    its owner)."""
+    found = _MESSAGE.match(label)
+    if found:
+        return found.group(1).rpartition("->")[2]
+    found = _PROCESS.match(label)
+    if found:
+        return found.group(1)
+    if label.startswith("timer@"):
+        return None
+    task = task_of(label)
+    return None if task is None else process_of(task)
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A trace's first violation when it is a ``Deadlock``: its waits and their processes."""
+
+    waits: tuple[str, ...]
+    processes: frozenset[str]
+
+    def names(self, rec: dict[str, Any]) -> bool | None:
+        """Whether a record is a step of one of its processes: True, False (a timer
+        firing too: no record says whose, and the task it wakes takes a step of its own
+        next), or None for a record of no process (a fake's data choice, a fault)."""
+        if rec["type"] == "event":
+            return process_of(rec["actor"]) in self.processes
+        if rec["type"] == "decision" and rec.get("kind") != "data":
+            return owner(rec["enabled"][rec["chosen"]]) in self.processes
+        return None
+
+
+def stuck_in(trace: Trace) -> Stuck | None:
+    """The deadlock the first violation of ``trace`` is, or None when it is another."""
+    vio = next((r for r in trace.records if r["type"] == "violation"), None)
+    if vio is None or vio["invariant"] != DEADLOCK:
+        return None
+    waits = tuple(deadlock_waits(str(vio["message"])))
+    return Stuck(waits, frozenset(process_of(w.partition(" waits in ")[0]) for w in waits))
+
+
+def _deadlocked(trace: Trace, stuck: Stuck) -> list[str]:
+    """A line per task the deadlock names: where it waits, since which step."""
+    last: dict[str, int] = {}
+    for rec in trace.records:
+        if rec["type"] == "violation":
+            break
+        if rec["type"] == "decision" and rec.get("kind") != "data":
+            task = task_of(rec["enabled"][rec["chosen"]])
+        else:
+            task = rec["actor"] if rec["type"] == "event" else None
+        if task is not None:
+            last[task] = rec["step"]
+    lines = []
+    for wait in stuck.waits:
+        task = wait.partition(" waits in ")[0]
+        step = last.get(task)
+        lines.append(f"deadlocked: {wait}" + ("" if step is None else
+                                              f", since its last step (step {step})"))
+    return lines
+
+
 def why(trace: Trace) -> list[str]:
     """Lines that say what stood behind the first violation (raw text: make it visible).
 
@@ -70,7 +168,10 @@ def why(trace: Trace) -> list[str]:
     at = tl.violation_at
     if at is None:
         return []
+    stuck = stuck_in(trace)
     lines = _undelivered(tl, at) + _parked(tl, at)
+    if stuck is not None:
+        lines += _deadlocked(trace, stuck)
     faults = [f"{named} (step {rec['step']})" for rec in trace.records[:at]
               for named in (_injected(rec),) if named is not None]
     if faults:

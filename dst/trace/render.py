@@ -107,20 +107,41 @@ def story(trace: Trace, *, verbose: bool = False) -> list[tuple[int, str, str, s
     tells (actor ``why``, :func:`dst.trace.causes.why`): messages sent and never
     delivered, calls left parked while virtual time jumped, the faults injected.
     A failure without any of these tells no such line.
+
+    A ``Deadlock`` is told by the tasks it names, which often log nothing: their
+    scheduling decisions are told (what let each take what it holds), and the
+    lines of every other process are left out, counted in one line (``verbose``
+    tells them all).
     """
-    from .causes import why  # it draws on the timeline, which tells records as here
+    # They draw on the timeline, which tells records as here.
+    from .causes import owner, process_of, stuck_in, why
 
     lines = []
     causes = why(trace)
     decisions = verbose or not any(rec["type"] == "event" for rec in trace.records)
+    stuck = None if verbose else stuck_in(trace)
+    left: dict[str, int] = {}  # lines left out of a deadlock's story, per process
     for rec in trace.records:
+        if stuck is not None and rec["type"] == "violation" and left:
+            whose = ", ".join(sorted(left))
+            lines.append((rec["step"], format_time(rec["t"]), "why", visible(
+                f"left out: {counted(sum(left.values()), 'line')} of {whose}, which the "
+                "deadlock does not name (dst show -v tells them)")))
+            left = {}
         if causes and rec["type"] == "violation":
             step, t = rec["step"], format_time(rec["t"])
             lines += [(step, t, "why", visible(line)) for line in causes]
             causes = []
         step, t = rec["step"], format_time(rec["t"])
+        named = None if stuck is None else stuck.names(rec)
+        if named is False:
+            if decisions or rec["type"] == "event":
+                proc = (process_of(rec["actor"]) if rec["type"] == "event"
+                        else owner(rec["enabled"][rec["chosen"]]) or "timers")
+                left[proc] = left.get(proc, 0) + 1
+            continue
         if rec["type"] == "decision":
-            if decisions:
+            if decisions or named:
                 chosen = rec["enabled"][rec["chosen"]]
                 others = len(rec["enabled"]) - 1
                 lines.append((step, t, "sched",
