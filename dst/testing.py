@@ -49,6 +49,7 @@ from typing import Any
 from .errors import DivergenceError, DstError, UsageError
 from .project import recorded_file
 from .registry import at_callers_line, caller_file, is_shipped, load, near, shown_path
+from .runner.names import trace_stem
 from .runner.single import RunResult, replay_trace, run_seeds
 from .scenario import Scenario
 from .trace.codec import read_trace, write_trace
@@ -147,7 +148,9 @@ def check_seeds(
     that no module holds as ``scenario`` (``path/to/test_x.py::test_name`` for a
     ``@dst.test``); its file goes in the trace header.  ``verbose``: the story
     tells the scheduler's decisions too (as ``dst show --verbose``).  ``trace_name``:
-    the failing trace's name before ``-SEED.jsonl`` (default: the scenario's name).
+    the failing trace's name before ``-SEED.jsonl`` (default: the scenario's name); a
+    config other than the default adds the switches that differ (``sw-n=2-SEED.jsonl``),
+    as ``dst run`` names its traces, so that two configs never write one file.
     """
     if isinstance(scenario, str):  # a file beside the calling test, else in the cwd
         scenario = near(scenario, caller_file())
@@ -156,6 +159,7 @@ def check_seeds(
     cfg = scen.checked_config({**dict(config or {}), **switches}, from_trace=False)
     todo = range(seeds) if isinstance(seeds, int) else seeds
     where = Path(out if out is not None else DEFAULT_OUT)
+    stem = trace_stem(scen, cfg, name=trace_name)  # a config of its own, a name of its own
     runs, bounded = 0, []
 
     def run(batch: list[int]) -> None:
@@ -181,7 +185,7 @@ def check_seeds(
                 # In the header: the file, from here (FILE.py of FILE.py::NAME).
                 r.scenario_file = scenario_file(ref.partition("::")[0] if ref else ref)
                 trace = r.trace()
-                path = write_trace(trace, where / f"{trace_name or scen.name}-{r.seed}.jsonl")
+                path = write_trace(trace, where / f"{stem}-{r.seed}.jsonl")
                 raise SeedFailed(_failure(trace, path, ref, runs, verbose), r.seed, path)
 
     batch: list[int] = []

@@ -83,7 +83,7 @@ def test_run_json_reports_each_failing_seed_its_invariants_and_trace(tmp_path: P
         assert Path(f["trace"]).is_file()
     # Traces of failing seeds only: one file per failure, none for the passing seeds.
     written = {p.name for p in tmp_path.glob("*.jsonl")}
-    assert written == {f"counter-{f['seed']}.jsonl" for f in doc["failures"]}
+    assert written == {f"counter-cas=false-{f['seed']}.jsonl" for f in doc["failures"]}
     assert len(doc["failures"]) < 200
 
 
@@ -180,7 +180,7 @@ def not_seventh(seed: Any) -> bool | str:
 def test_resume_runs_only_the_seeds_not_done_and_reports_the_combined_results(
     tmp_path: Path,
 ) -> None:
-    from dst.runner.results import ResultsDB, run_key
+    from dst.runner.results import ResultsDB
 
     log = tmp_path / "executed.txt"
     source = tmp_path / "noted.py"
@@ -205,7 +205,8 @@ def test_resume_runs_only_the_seeds_not_done_and_reports_the_combined_results(
     assert [f["seed"] for f in resumed["failures"]] == [f["seed"] for f in fresh["failures"]]
     assert {f["seed"] for f in first["failures"]} < {f["seed"] for f in resumed["failures"]}
 
-    key = run_key("noted", {}, "random")
+    with ResultsDB(out) as db:
+        key = db.runs()[0].run_key  # the scenario file, its source, config, strategy
     with ResultsDB(out) as db:
         assert db.done_ranges(key) == [(0, 500)]
         assert [f.seed for f in db.failures_within(key, 0, None)] == \

@@ -381,8 +381,8 @@ def test_pinned_traces_are_tests_and_marked_tests_run_their_seeds(project: Path)
     assert "1 failed, 3 passed" in ran.stdout
     assert "FAILED tests/test_marked.py::test_counter_with_a_blind_put" in ran.stdout
     assert "NoLostIncrement violated (seed 3, the 1st seed run" in ran.stdout
-    assert "replay: dst replay traces/failures/counter-3.jsonl" in ran.stdout
-    assert (project / "traces" / "failures" / "counter-3.jsonl").is_file()
+    assert "replay: dst replay traces/failures/counter-cas=false-3.jsonl" in ran.stdout
+    assert (project / "traces" / "failures" / "counter-cas=false-3.jsonl").is_file()
 
 
 def test_dst_fixed_requires_a_pinned_trace_to_pass_after_its_fix(project: Path) -> None:

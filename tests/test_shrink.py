@@ -260,11 +260,11 @@ def test_dst_run_tells_the_shrunk_story_and_keeps_both_traces(tmp_path: Path) ->
     done = invoke("run", "counter", "-c", "cas=false", "--seeds", "1", "--out", str(tmp_path))
     assert done.exit_code == 1, done.output
     assert "  story (5 lines, shrunk from 7 to 4 steps):" in done.stdout
-    shrunk = tmp_path / "counter-0.min.jsonl"
+    shrunk = tmp_path / "counter-cas=false-0.min.jsonl"
     assert f"  shrunk: {shrunk} (4 steps, from 7)" in done.stdout
     assert f"  replay: dst replay {shrunk}" in done.stdout
-    assert f"  trace:  {tmp_path / 'counter-0.jsonl'}" in done.stdout
-    assert [p.name for p in tmp_path.glob("*.min.jsonl")] == ["counter-0.min.jsonl"]
+    assert f"  trace:  {tmp_path / 'counter-cas=false-0.jsonl'}" in done.stdout
+    assert [p.name for p in tmp_path.glob("*.min.jsonl")] == ["counter-cas=false-0.min.jsonl"]
     assert invoke("replay", str(shrunk)).exit_code == 1
 
 
@@ -284,6 +284,6 @@ def test_json_shrinks_only_when_asked(tmp_path: Path) -> None:
     asked = invoke("run", "counter", "-c", "cas=false", "--seeds", "1", "--out",
                    str(tmp_path / "b"), "--json", "--shrink")
     first = json.loads(asked.stdout)["failures"][0]
-    assert first["shrunk"] == {"trace": str(tmp_path / "b" / "counter-0.min.jsonl"),
-                               "steps": 4, "from_steps": 7,
-                               "replay": f"dst replay {tmp_path / 'b' / 'counter-0.min.jsonl'}"}
+    shrunk = tmp_path / "b" / "counter-cas=false-0.min.jsonl"
+    assert first["shrunk"] == {"trace": str(shrunk), "steps": 4, "from_steps": 7,
+                               "replay": f"dst replay {shrunk}"}

@@ -226,7 +226,8 @@ def test_dst_reexecutes_once_when_the_hash_seed_is_not_0_and_never_when_it_is(
                                       hash_seed=hash_seed)
         assert done.returncode == 1, done.stdout + done.stderr
         assert (launched, cli) == (executions, 1), hash_seed  # dst.cli once, after the exec
-        header = json.loads((tmp_path / f"out{hash_seed}" / "counter-0.jsonl").read_text()
+        header = json.loads((tmp_path / f"out{hash_seed}" / "counter-cas=false-0.jsonl")
+                            .read_text()
                             .splitlines()[0])
         assert header["hash_seed"] == 0
         outputs.append(done.stdout.splitlines()[0])

@@ -19,7 +19,7 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
@@ -30,6 +30,9 @@ from ..runner.progress import Progress, interactive
 from ..runner.results import DB_NAME
 from ..runner.workers import SEED_TIMEOUT
 from .arguments import Seed, out_dir
+
+if TYPE_CHECKING:
+    from ..runner.recorder import Recorder
 
 
 class SwitchParam(click.ParamType):  # type: ignore[type-arg]  # generic only in click>=8.2
@@ -182,6 +185,21 @@ def check_report(option: str, target: str | None) -> None:
         raise UsageError(f"cannot write {option} {target}: {problem}")
 
 
+def _nothing_to_resume(recorder: Recorder, name: str, config: dict[str, Any]) -> str:
+    """The line ``--resume`` prints when no seed of this run key is recorded: no run of
+    the scenario, or what the nearest recorded one differs in."""
+    shown = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                     for k, v in config.items())
+    what = f"{name} [{shown}]" if shown else name
+    where = recorder.out_dir / DB_NAME
+    differs = recorder.db.nearest_key(recorder.key)
+    if differs is None:
+        return f"--resume: no earlier run of {what} in {where}; running every seed"
+    return (f"--resume: no earlier run of {what} with these settings in {where} (the "
+            f"nearest recorded one has {', '.join(differs) or 'none done'}); running "
+            "every seed")
+
+
 @click.command("run")
 @click.argument("scenario")
 @click.option("-c", "switches", type=SwitchParam(), multiple=True, metavar="KEY=VALUE",
@@ -228,8 +246,8 @@ def check_report(option: str, target: str | None) -> None:
               help=f"Stop a worker whose seed has not finished after this long and report "
                    f"the seed (default {SEED_TIMEOUT:g}s).")
 @click.option("--resume", is_flag=True,
-              help=f"Skip seeds already done for this scenario and config (recorded in "
-                   f"OUT/{DB_NAME}); report the combined results.")
+              help=f"Skip seeds already done for this scenario file, its code, config and "
+                   f"strategy (recorded in OUT/{DB_NAME}); report the combined results.")
 @click.option("--out", default="traces/failures", show_default=True,
               help="Directory for the kept traces and the results database.")
 @click.option("--check-determinism", is_flag=True,
@@ -237,7 +255,7 @@ def check_report(option: str, target: str | None) -> None:
                    "another hash seed, and report the first record that differs.")
 @click.option("--shrink/--no-shrink", "shrink", default=None,
               help="Shrink the shortest trace of each failure group to its shortest story "
-                   "(OUT/<scenario>-<seed>.min.jsonl) and tell that one; on by default, "
+                   "(OUT/<trace>.min.jsonl) and tell that one; on by default, "
                    "off by default with --json.")
 @click.option("--summary-md", "summary_md", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="Also write a Markdown summary to paste into an issue.")
@@ -260,12 +278,15 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     Failures are grouped by what broke (the invariant, its message, the action
     that broke it); each group tells its count, first seed and shortest seed,
     and keeps the trace of its shortest seed (--keep-traces) with the one
-    command that replays it; the first --max-groups groups are kept, and the
+    command that replays it, as OUT/<scenario>-<seed>.jsonl (a non-default
+    config or strategy is named before the seed: counter-cas=false-5.jsonl; a
+    @dst.test is MODULE.NAME); the first --max-groups groups are kept, and the
     failing seeds of any other are counted per invariant.  The shortest trace
     of each group is shrunk to its shortest story, written beside it as
-    OUT/<scenario>-<seed>.min.jsonl (--no-shrink skips it).  Finished seeds are
-    recorded in OUT/results.sqlite, so an interrupted run continues with
-    --resume; `dst runs` lists past runs.
+    OUT/<trace>.min.jsonl (--no-shrink skips it).  Finished seeds are recorded
+    in OUT/results.sqlite, so an interrupted run continues with --resume (a
+    run of another file, edited code or other settings starts afresh); `dst
+    runs` lists past runs.
 
     \b
       dst run counter -c cas=false --seeds 2000
@@ -282,6 +303,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     from ..registry import is_shipped, load
     from ..runner.bulk import BulkSummary, SeedOutcome, run_bulk
     from ..runner.groups import GroupBook, reports
+    from ..runner.names import identity, qualified_name, trace_stem
     from ..runner.recorder import Recorder
     from ..runner.results import missing, run_key
     from ..runner.workers import CtrlC
@@ -334,14 +356,18 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     # press outside the loop that watches the workers stops at once.
     with CtrlC(escalate=True) as ctrl_c:
         try:
-            recorder = Recorder(out, scen.name, run_key(scen.name, config, strategy),
-                                record=not check_determinism)
+            key = run_key(scen.name, config, strategy, **identity(ref, scen, config, out))
+            stem = trace_stem(scen, config, name=qualified_name(ref, scen), strategy=strategy)
+            recorder = Recorder(out, scen.name, key, record=not check_determinism, stem=stem)
             # Closed when the command ends, however it ends (an error, exit, an exception):
             # never left to the collector (Python 3.13 warns: ResourceWarning).
             click.get_current_context().call_on_close(recorder.close)
             # The recorder writes the traces it keeps as chunks come back.
             summary = BulkSummary(keep_traces=False, groups=GroupBook(keep, max_groups))
             done = recorder.resume(summary, start, stop) if resume else []
+            if resume and not done:
+                click.echo(encodable(_nothing_to_resume(recorder, scen.name, config)),
+                           err=True)
             recorder.start(config, strategy, run.seeds_text(), run.shard_text(),
                            run.command_line(), summary.runs)
         except (sqlite3.Error, OSError) as exc:

@@ -31,9 +31,11 @@ class Recorder:
     """Writes a run's kept traces and its chunks; reads an earlier run's back for ``--resume``."""
 
     def __init__(self, out_dir: str | Path, scenario: str, key: str, *,
-                 record: bool = True) -> None:
+                 record: bool = True, stem: str | None = None) -> None:
         self.out_dir = Path(out_dir)
         self.scenario = scenario
+        #: A kept trace's name before ``-SEED.jsonl`` (``dst.runner.names.trace_stem``).
+        self.stem = stem or scenario
         self.key = key
         self.record = record
         self.db = ResultsDB(out_dir)
@@ -105,7 +107,7 @@ class Recorder:
         return done
 
     def trace_path(self, seed: int) -> Path:
-        return self.out_dir / f"{self.scenario}-{seed}.jsonl"
+        return self.out_dir / f"{self.stem}-{seed}.jsonl"
 
     def _write(self, o: SeedOutcome) -> Path:
         path = self.trace_path(o.seed)

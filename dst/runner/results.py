@@ -6,13 +6,17 @@ as the chunk comes back.  An interrupted run therefore loses at most the chunks
 in flight, and ``dst run ... --resume`` skips every seed already done for the
 same *run key* and reports the combined summary.
 
-The run key is the scenario name, its full config and the strategy: a run is a
-pure function of those and the seed, so a seed done under the same key never
-needs to run again.  Coverage (``dst.coverage``) is kept under the key too, as
-sets (probes called and reached, digests of the states seen), so that it adds
-up across ``--resume`` and a chunk recorded twice counts once.  Done seeds are
-kept as half-open ranges ``[start, stop)``; the chunking of a later run need not
-match the chunking of an earlier one.
+The run key is the scenario name, its full config and the strategy, and what
+else decides a seed's run: the file the scenario was loaded from, a digest of
+that file's source, its fault plan and its step bound (``dst.runner.names``).  A
+run is a pure function of those and the seed, so a seed done under the same key
+never needs to run again, and a seed done under another (another file holding a
+test of the same name, the code edited since) is never taken for done.
+Coverage (``dst.coverage``) is kept under the key too, as sets (probes called
+and reached, digests of the states seen), so that it adds up across
+``--resume`` and a chunk recorded twice counts once.  Done seeds are kept as
+half-open ranges ``[start, stop)``; the chunking of a later run need not match
+the chunking of an earlier one.
 
 Failures are kept in two forms.  Every failing seed is one small row (seed,
 group, steps) under an integer id of its run key, about 20 bytes, so that a
@@ -90,14 +94,25 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
+#: The parts of a run key, in the words that tell an earlier run differs in them.
+_DIFFERS = {"file": "another file", "source": "other source code",
+            "config": "another config", "strategy": "another strategy",
+            "faults": "another fault plan", "max_steps": "another step bound"}
+
 #: A state digest is unsigned 64-bit; SQLite integers are signed.
 _SIGN = 1 << 63
 
 
-def run_key(scenario: str, config: Mapping[str, Any], strategy: str) -> str:
-    """The identity of a run: everything but the seed that decides its outcome."""
-    return json.dumps({"scenario": scenario, "config": dict(config), "strategy": strategy},
-                      sort_keys=True, separators=(",", ":"))
+def run_key(scenario: str, config: Mapping[str, Any], strategy: str, **more: Any) -> str:
+    """The identity of a run: everything but the seed that decides its outcome.
+
+    ``more``: what else decides it, as ``dst run`` gives it
+    (:func:`dst.runner.names.identity`: the scenario's file and a digest of its
+    source, its fault plan and step bound); a key is a JSON object, so that
+    :meth:`ResultsDB.nearest_key` can tell which of these an earlier run differs in.
+    """
+    return json.dumps({"scenario": scenario, "config": dict(config), "strategy": strategy,
+                       **more}, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -300,6 +315,28 @@ class ResultsDB:
             else:
                 merged.append((start, stop))
         return merged
+
+    def nearest_key(self, key: str) -> list[str] | None:
+        """What the earlier run of ``key``'s scenario (by name) nearest to ``key`` differs
+        in, in words (``another config``); None when no run of that name is recorded."""
+        want = json.loads(key)
+        best: list[str] | None = None
+        for (other,) in self._db.execute("SELECT run_key FROM keys ORDER BY id DESC"):
+            try:
+                got = json.loads(other)
+            except ValueError:
+                continue
+            if other == key or not isinstance(got, dict) or \
+                    got.get("scenario") != want.get("scenario"):
+                continue
+            if "file" in want and "file" not in got:
+                diff = ["no file recorded (an older dst)"]
+            else:
+                diff = [words for part, words in _DIFFERS.items()
+                        if want.get(part) != got.get(part)]
+            if best is None or len(diff) < len(best):
+                best = diff
+        return best
 
     def bounded_within(self, key: str, start: int, stop: int | None) -> list[tuple[int, str]]:
         """``(seed, trace path or "")`` of the runs in ``[start, stop)`` cut at the step bound."""
