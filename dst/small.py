@@ -28,6 +28,13 @@ violation ``assert``; any other exception is ``NoUncaughtError``, a stuck task
 ``Deadlock``, as everywhere in dst; a body still running at the test's step bound
 is ``Unfinished``: a scenario's run cut at its bound is counted as cut, but a test
 whose body never finished has not passed (its last asserts never ran).
+``pytest.fail(msg)`` in the body is the violation ``assert`` too; ``pytest.skip()``
+and ``pytest.xfail()`` skip the seed (it tested nothing): the test is skipped (xfailed)
+only when every seed it ran did, else it passed or failed on the others.
+
+``@dst.test(runtime="asyncio")`` runs the body as the main of an asyncio process
+(``dst.sim.aio``); a body that awaits the other runtime's primitives is refused in
+one line (:func:`_misused`), not reported as a finding.
 
 What the decorator returns is a plain function of no arguments: pytest collects
 and calls it like any other test (no trio or anyio plugin is involved).  It runs
