@@ -112,6 +112,19 @@ def test_a_trace_of_one_dst_test_among_several_replays_as_every_command_prints_i
         shown = invoke("show", path, "--format", fmt)
         assert shown.exit_code == 0, shown.output
         lines += _replay_lines(shown.stdout)
+    # The traces dst explore and dst check write say where their scenario lives too.
+    explored = invoke("explore", "test_several.py::test_race", "--out", "explored", "--json")
+    assert explored.exit_code == 1, explored.output
+    checked = invoke("check", "test_several.py::test_race", "--out", "checked")
+    assert checked.exit_code == 1, checked.output
+    others = [*Path("explored").glob("*.jsonl"), *Path("checked").glob("*.jsonl")]
+    assert {p.parent.name for p in others} == {"explored", "checked"}, others
+    for other in others:
+        shown = invoke("show", str(other), "--format", "markdown")
+        assert _replay_lines(shown.stdout) == [
+            f"dst replay {other} --scenario test_several.py::test_race"], shown.stdout
+        again = invoke("replay", str(other), "--scenario", "test_several.py::test_race")
+        assert again.exit_code == 1, again.output
     shrunk = invoke("shrink", path, "--scenario", "test_several.py::test_race",
                     "-o", "small.jsonl")
     assert shrunk.exit_code == 1, shrunk.output

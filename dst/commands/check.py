@@ -26,6 +26,7 @@ from dst.registry import is_shipped, load
 from dst.runner.bulk import BulkSummary, SeedOutcome, run_bulk
 from dst.scenario import Scenario
 from dst.trace.escape import visible
+from dst.trace.model import scenario_file
 from dst.trace.render import replay_line
 
 from .pin import refuse
@@ -49,7 +50,8 @@ def _search(ref: str, config: Mapping[str, Any], seeds: int, workers: int,
     def on_chunk(s: BulkSummary, _outcomes: list[SeedOutcome]) -> None:
         done[0] = done[0] or settled(s)
 
-    run_bulk(ref, config, feed(), workers=workers, on_chunk=on_chunk, summary=summary)
+    run_bulk(ref, config, feed(), workers=workers, on_chunk=on_chunk, summary=summary,
+             scenario_file=scenario_file(ref))  # in the header: the file, from here
     if summary.stalled:
         raise _Stalled(summary.stalled)
     return summary

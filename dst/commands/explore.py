@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import json
 import re
-import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +36,8 @@ from ..runner.bulk import user_error
 from ..scenario import Scenario
 from ..trace.codec import write_trace
 from ..trace.escape import visible
-from ..trace.render import counted
+from ..trace.model import scenario_file
+from ..trace.render import counted, replay_line
 from ..verdict_table import only
 from .arguments import Seed, key_values, out_dir
 
@@ -238,11 +238,10 @@ def _write(scenario: Scenario, full: Scenario, ref: str, result: Exploration,
            violation: Violation, where: Path, seed: int) -> dict[str, Any]:
     """Write the schedule as a trace; say whether `dst replay` reproduces it."""
     run = record(scenario, result, violation, seed=seed)
+    run.scenario_file = scenario_file(ref)  # in the header: the file, from here
     trace = run.trace()
     path = write_trace(trace, where / f"{scenario.name}-explore-{violation.name}.jsonl")
-    again = f"dst replay {shlex.quote(str(path))}"
-    if not is_shipped(scenario.name):
-        again += f" --scenario {shlex.quote(ref)}"
+    again = replay_line(str(path), None if is_shipped(scenario.name) else ref)
     why = replays(full, trace)
     return {"trace": str(path), "replay": again if why is None else None,
             "replay_divergence": why, "filtered": full is not scenario}
