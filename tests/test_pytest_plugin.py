@@ -119,7 +119,7 @@ def test_check_seeds_raises_at_the_first_failure_with_its_story_and_replay(
     assert first.startswith("counter [cas=false workers=2 increments=7]: NoLostIncrement "
                             "violated (seed 5, the 1st seed run; step ")
     assert "  story (" in message and "VIOLATED NoLostIncrement" in message
-    trace = tmp_path / "counter-5.jsonl"
+    trace = tmp_path / "counter-cas=false-5.jsonl"
     assert message.splitlines()[-1] == f"  replay: dst replay {trace}"
     replayed = invoke("replay", str(trace))
     assert replayed.exit_code == 1 and replayed.stdout.startswith("identical:")

@@ -168,3 +168,20 @@ def test_a_config_a_file_name_cannot_show_is_named_by_a_short_digest(tmp_path: P
     assert trace_stem(scenario, {"n": 0, "label": "plain"}) == "sw"
     assert trace_stem(scenario, {"n": 2, "label": "x"}) == "sw-n=2-label=x"
     assert trace_stem(scenario, {"n": 0, "label": "plain"}, strategy="pct:d=3") == "sw-pct.d=3"
+
+
+def test_two_scenario_files_of_one_name_keep_their_traces_apart_across_resume(
+        in_tmp: Path) -> None:
+    for where in ("a", "b"):
+        (in_tmp / where).mkdir()
+        (in_tmp / where / "sw.py").write_text(SWITCHED, encoding="utf-8")
+    first = {}
+    for where in ("a", "b", "a", "b"):
+        resume = ["--resume"] if where in first else []
+        done = invoke("run", f"{where}/sw.py", "--seeds", "3", "--no-shrink", *resume)
+        assert done.exit_code == 1, done.output
+        [trace] = replayed(done.stdout)
+        assert first.setdefault(where, trace) == trace  # a resumed run names the same trace
+        assert read_trace(trace).header["scenario_file"] == f"{where}/sw.py"
+    assert first["a"] == "traces/failures/sw-0.jsonl"  # the first keeps the plain name
+    assert first["b"] != first["a"] and Path(first["b"]).name.startswith("sw-f")

@@ -9,7 +9,10 @@ A trace of a failing seed is written as ``<name>[-<config>][-<strategy>]-<seed>.
   switches that differ, ``cas=false-workers=3``, or, when a value holds a
   character a file name should not (or the tag is long), ``cfg`` and a short
   digest of them;
-- ``strategy`` appears only when it is not ``random`` (``pct.d=5``).
+- ``strategy`` appears only when it is not ``random`` (``pct.d=5``);
+- and when ``dst run``'s ``--out`` keeps traces under that name for a scenario of
+  another file (two ``sw.py`` whose scenarios are both ``sw``), ``f`` and a short
+  digest of this one's file follow (:func:`unclaimed_stem`).
 
 So the default run of a scenario file keeps the name it always had
 (``bank-57.jsonl``), and two runs of one directory that differ in what they ran
@@ -30,7 +33,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +86,38 @@ def trace_stem(scenario: Scenario, config: Mapping[str, Any], *, name: str | Non
     then the config's tag and the strategy's, each when not the default."""
     return "-".join(p for p in (name or scenario.name, config_tag(scenario, config),
                                 strategy_tag(strategy)) if p)
+
+
+def _file_of(key: str) -> str | None:
+    """The scenario file a run key records (None: a key of an older dst, or made by hand)."""
+    try:
+        found = json.loads(key)
+    except ValueError:
+        return None
+    file = found.get("file") if isinstance(found, dict) else None
+    return file if isinstance(file, str) else None
+
+
+def unclaimed_stem(stem: str, key: str, kept: Iterable[tuple[str, str]]) -> str:
+    """``stem``, or, when a run of another file keeps traces under it (``kept``: ``(run
+    key, trace path)`` of the results database), ``stem`` and a short digest of this
+    run's file: two scenario files whose scenarios share a name (``a/sw.py``,
+    ``b/sw.py``) then keep their traces apart in one ``--out``.
+
+    The choice is the same every time a run key asks, so a resumed run keeps writing
+    where it wrote: the digest names only the run that came second.
+    """
+    mine = _file_of(key)
+    if mine is None:
+        return stem
+    plain = re.compile(re.escape(stem) + r"-\d+(\.min)?\.jsonl")
+    for other, trace in kept:
+        if other == key or not plain.fullmatch(Path(trace).name):
+            continue
+        theirs = _file_of(other)
+        if theirs is not None and theirs != mine:
+            return f"{stem}-f{hashlib.sha256(mine.encode()).hexdigest()[:8]}"
+    return stem
 
 
 def _module_of(ref: str) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 from ..trace.escape import encodable
 from .bulk import BulkSummary, SeedOutcome
 from .groups import BOUNDED_KEPT, Group, GroupBook
+from .names import unclaimed_stem
 from .results import ChunkRecord, ResultsDB, StoredFailure, count_within
 
 
@@ -34,11 +35,12 @@ class Recorder:
                  record: bool = True, stem: str | None = None) -> None:
         self.out_dir = Path(out_dir)
         self.scenario = scenario
-        #: A kept trace's name before ``-SEED.jsonl`` (``dst.runner.names.trace_stem``).
-        self.stem = stem or scenario
         self.key = key
         self.record = record
         self.db = ResultsDB(out_dir)
+        #: A kept trace's name before ``-SEED.jsonl`` (``dst.runner.names.trace_stem``),
+        #: told apart from another file's traces of the same name kept here.
+        self.stem = unclaimed_stem(stem or scenario, key, self.db.traces_kept())
         #: seed -> trace path, for the kept traces of runs cut at the step bound and
         #: of seeds that did not repeat themselves (failures' are in the groups).
         self.paths: dict[int, Path] = {}

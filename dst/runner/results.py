@@ -338,6 +338,13 @@ class ResultsDB:
                 best = diff
         return best
 
+    def traces_kept(self) -> list[tuple[str, str]]:
+        """``(run key, trace path)`` of every trace a run key keeps (failures and runs cut
+        at the step bound)."""
+        return [(str(key), str(trace)) for key, trace in self._db.execute(
+            "SELECT run_key, trace FROM failures UNION SELECT run_key, trace FROM bounded "
+            "WHERE trace != ''")]
+
     def bounded_within(self, key: str, start: int, stop: int | None) -> list[tuple[int, str]]:
         """``(seed, trace path or "")`` of the runs in ``[start, stop)`` cut at the step bound."""
         rows = self._db.execute(
