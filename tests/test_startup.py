@@ -135,8 +135,12 @@ def test_the_program_moves_its_start_up_out_of_the_collectors_way(
 ) -> None:
     """A replay or a run of the ``dst`` program freezes what its start-up made
     (``gc.freeze``) before the seeds run; ``--help`` runs none and freezes nothing."""
-    assert probe(tmp_path, *args)["frozen"] > 10_000
-    assert probe(tmp_path, "run", "--help")["frozen"] == 0
+    # What the interpreter itself freezes as it starts (375 objects on 3.12, none on
+    # 3.11 and 3.13): --help must add nothing to it.
+    bare = int(subprocess.run([sys.executable, "-c", "import gc; print(gc.get_freeze_count())"],
+                              capture_output=True, text=True, check=True).stdout)
+    assert probe(tmp_path, *args)["frozen"] > bare + 10_000
+    assert probe(tmp_path, "run", "--help")["frozen"] == bare
 
 
 def test_dst_called_from_python_leaves_the_callers_objects_to_the_collector() -> None:
