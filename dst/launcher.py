@@ -33,6 +33,11 @@ _EXIT_USAGE = 2
 _PROGRAM: list[bool] = [False]
 
 
+def in_program() -> bool:
+    """Whether this interpreter runs the ``dst`` program, not dst called from Python."""
+    return _PROGRAM[0]
+
+
 def started() -> None:
     """Start-up is over: the program's modules, classes and scenario are loaded.
 

@@ -99,8 +99,11 @@ def test_a_run_records_the_same_trace_whether_structlog_was_imported_before_it_o
 #: rich or asyncio was imported before they were used.
 RENDER = '''
 import io, json, sys
-if sys.argv[1] == "dst":
+if sys.argv[1] in ("dst", "library"):
     import dst.sim.logs
+if sys.argv[1] == "dst":  # as in the dst program (dst.launcher.main), not dst called from Python
+    import dst.launcher
+    dst.launcher._PROGRAM[0] = True
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
 before = sorted(m for m in sys.modules if m.split(".")[0] in ("rich", "pygments", "asyncio"))
@@ -134,7 +137,7 @@ def test_structlog_imported_after_dst_takes_rich_and_asyncio_on_first_use_and_lo
     tmp_path: Path,
 ) -> None:
     shown = {}
-    for how in ("dst", "plain"):
+    for how in ("dst", "plain", "library"):
         done = subprocess.run([sys.executable, "-c", textwrap.dedent(RENDER), how],
                               capture_output=True, text=True, timeout=LIMIT, cwd=tmp_path,
                               env={**_env(), "COLUMNS": "100"})
@@ -142,6 +145,8 @@ def test_structlog_imported_after_dst_takes_rich_and_asyncio_on_first_use_and_lo
         shown[how] = json.loads(done.stdout)
     assert shown["dst"]["before"] == []
     assert {m.split(".")[0] for m in shown["plain"]["before"]} == {"rich", "pygments", "asyncio"}
+    # dst called from Python (a pytest session) leaves structlog's import as it is.
+    assert shown["library"] == shown["plain"]
     assert shown["dst"]["formatter"] == shown["plain"]["formatter"] == "RichTracebackFormatter"
     for part in ("plain", "colored", "dict", "async"):
         assert shown["dst"][part] == shown["plain"][part], part
@@ -153,7 +158,8 @@ def test_structlog_imported_after_dst_takes_rich_and_asyncio_on_first_use_and_lo
 #: module; prints what its ``dev`` module holds as rich, and whether rich is imported.
 FALLBACK = '''
 import json, sys
-import dst.sim.logs
+import dst.launcher, dst.sim.logs
+dst.launcher._PROGRAM[0] = True  # as in the dst program, where stand-ins are given
 sys.path.insert(0, sys.argv[1])
 import structlog
 print(json.dumps({"file": structlog.__file__, "rich": repr(structlog.dev.rich),

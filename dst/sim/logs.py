@@ -24,7 +24,9 @@ imported.  The same hook imports structlog without rich and asyncio:
 and ``importlib.metadata``, most of structlog's import time) only to render an
 exception, which no run does, and ``structlog.stdlib`` and ``structlog._native``
 import asyncio only for their ``async`` methods, so they are given stand-ins that
-import the real modules the first time they are used (``_Deferred``).
+import the real modules the first time they are used (``_Deferred``).  Only in
+the ``dst`` program, whose start-up this is for: dst called from Python (a pytest
+session) leaves the import of the caller's structlog as it would be without dst.
 """
 
 from __future__ import annotations
@@ -326,7 +328,16 @@ _DEFERRED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 def _standins() -> dict[str, _Deferred]:
-    """Stand-ins for the packages of ``_DEFERRED`` not imported yet (and installed)."""
+    """Stand-ins for the packages of ``_DEFERRED`` not imported yet (and installed).
+
+    Only in the ``dst`` program, whose start-up they shorten: dst called from
+    Python (a pytest session, a notebook) leaves the caller's structlog as it
+    would be without dst.
+    """
+    from ..launcher import in_program
+
+    if not in_program():
+        return {}
     return {name: _Deferred(name) for package, (modules, _) in _DEFERRED.items()
             if package not in sys.modules and importlib.util.find_spec(package) is not None
             for name in modules}
