@@ -248,3 +248,18 @@ def test_dst_shrink_tells_event_fields_in_the_order_dst_show_and_dst_run_do(
     seed = read_trace(bank_trace).header["seed"]
     run = invoke("run", "bank.py", "-c", "locked=false", "--seed", str(seed), "--out", "again")
     assert set(_story(run.stdout)) >= {line for line in told if "teller=" in line}
+
+
+@pytest.mark.parametrize("setup_raises", [False, True])
+def test_explore_check_and_show_of_a_scenario_that_raises_say_one_line_too(
+        bank_trace: Path, setup_raises: bool) -> None:
+    Path("broken.py").write_text(_broken("return 1/0", setup_raises), encoding="utf-8")
+    for command in (["explore", "broken.py", "-c", "locked=false", "--out", "x"],
+                    ["check", "broken.py", "--out", "x"]):
+        done = invoke(*command)
+        assert done.exit_code == 4, done.output
+        assert done.stderr.count("\n") == 1 and "broken.py:" in done.stderr, done.stderr
+        assert "Traceback" not in done.output
+    shown = invoke("show", str(bank_trace), "--format", "markdown", "--scenario", "broken.py")
+    assert shown.exit_code == 0, shown.output  # show runs nothing: its replay line is kept
+    assert f"dst replay {bank_trace} --scenario broken.py" in shown.stdout.replace("\\", "")
