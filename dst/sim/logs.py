@@ -9,7 +9,7 @@ stdlib ``logging`` is deliberately *not* routed into the trace.  Which of its
 records exist depends on the process's logging configuration (levels, filters,
 handlers installed by the application or the test runner), not on the scenario,
 its config and the seed, so recording them would make the trace depend on the
-environment.  They still work inside a run: the guard (``dst/sim/guard.py``) has
+environment.  They still work inside a run: the guard (``dst/sim/guard/``) has
 ``logging`` read the run's virtual clock, so ``LogRecord.created`` is virtual
 seconds and no record reads the wall clock or trips a trap.
 
