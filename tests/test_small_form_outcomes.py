@@ -98,6 +98,28 @@ async def skips_on_some_seeds_fails_on_the_others(env: dst.Env) -> None:
     raise AssertionError("bug on the path that runs")
 
 
+@dst.test(seeds=3)
+async def raises_in_a_task() -> None:
+    async def charge() -> None:
+        await trio.sleep(0)
+        raise ValueError("card declined")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(charge)
+
+
+@dst.test(seeds=3)
+async def raises_in_the_body() -> None:
+    await trio.sleep(0)
+    raise ValueError("card declined")  # trio
+
+
+@dst.test(seeds=3, runtime="asyncio")
+async def aio_raises_in_the_body() -> None:
+    await asyncio.sleep(0)
+    raise ValueError("card declined")
+
+
 @dst.test(seeds=2000)
 async def fails_at_seed_1() -> None:
     RAN.append(1)
@@ -179,6 +201,28 @@ def test_pytest_xfail_in_the_body_xfails_the_test_and_dst_run_counts_it_skipped(
     assert ran.exit_code == 5, ran.output  # nothing tested, as every seed skipping
     assert ": 5 runs (5 skipped), 0 failed, " in ran.stdout, ran.output
     assert "xfail: known race, fixed in 2.0" in ran.stdout, ran.output
+
+
+@pytest.mark.parametrize(("body", "line"), [
+    (raises_in_a_task, 'raise ValueError("card declined")\n\n    async with trio'),
+    (raises_in_the_body, 'raise ValueError("card declined")  # trio'),
+    (aio_raises_in_the_body, 'raise ValueError("card declined")\n\n\n@dst.test(seeds=2000)'),
+])
+def test_an_uncaught_error_in_a_body_is_told_at_the_test_file_s_line_never_dst_s(
+        here: Path, body: dst.Scenario, line: str) -> None:
+    name = body.__name__
+    at = f"test_small_form_outcomes.py:{_line_of(line)} in "
+    message = _failure(body)
+    first = message.splitlines()[0]
+    assert first.startswith(f"{name}: NoUncaughtError violated (seed 0, "), first
+    assert f"raised ValueError: card declined at {at}" in first, first
+    assert "small.py" not in message and "dst/" not in message, message
+    ran = invoke("run", f"{__file__}::{name}", "--seeds", "3", "--workers", "1")
+    assert ran.exit_code == 1 and f"card declined at {at}" in ran.stdout, ran.output
+    shown = invoke("show", "--verbose", shlex.split(_replay_line(ran.stdout))[2])
+    assert shown.exit_code == 0 and f"  in {at}" in shown.stdout, shown.output
+    for told in (ran.stdout, shown.stdout):
+        assert "small.py" not in told and "dst/" not in told, told
 
 
 def test_a_test_skipped_on_some_seeds_passed_on_the_others_and_says_how_many(

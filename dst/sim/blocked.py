@@ -46,6 +46,24 @@ def _is_library(frame: FrameType) -> bool:
     return known
 
 
+#: dst's packages whose code is written against ``Env`` as a user's is: their frames can
+#: be the line a report names.  The rest of dst outside trio's side (the small form's
+#: wrapper around a test body, the runners, the commands) is machinery, nobody's line.
+_WRITTEN_AGAINST_ENV = ("dst.runtime", "dst.fakes", "dst.agents")
+
+#: Module name -> whether it is dst's machinery outside :data:`_LIBRARY_PREFIXES`.
+_MACHINERY: dict[str, bool] = {}
+
+
+def _is_machinery(frame: FrameType) -> bool:
+    module = frame.f_globals.get("__name__", "")
+    known = _MACHINERY.get(module)
+    if known is None:
+        known = _MACHINERY[module] = (module == "dst" or module.startswith("dst.")) and not any(
+            module == p or module.startswith(p + ".") for p in _WRITTEN_AGAINST_ENV)
+    return known
+
+
 def _where(frame: FrameType) -> str:
     code: CodeType = frame.f_code
     return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
@@ -66,7 +84,8 @@ def _waited_in(task: ll.Task) -> tuple[FrameType | None, FrameType | None]:
             if user is None or frame.f_code.co_name.startswith("__"):
                 continue  # dst's own wrapper around the process's main; ``async with``
             return frame, user
-        user = frame
+        if not _is_machinery(frame):
+            user = frame
     for frame in frames:
         if _is_library(frame):
             return frame, user
@@ -115,7 +134,8 @@ def in_lock_cycle(task: ll.Task) -> bool:
 
 
 def user_frames(tb: Any, limit: int = 8) -> tuple[str, ...]:
-    """``file:line in func`` for a traceback's frames outside trio and the kernel.
+    """``file:line in func`` for a traceback's frames outside trio, the kernel and the
+    rest of dst's machinery (the small form's wrapper around a test body).
 
     File names are base names: a trace must read the same on every machine.
     The innermost frame comes last, as in a Python traceback.
@@ -123,7 +143,7 @@ def user_frames(tb: Any, limit: int = 8) -> tuple[str, ...]:
     out: list[str] = []
     while tb is not None:
         frame = tb.tb_frame
-        if not _is_library(frame):
+        if not _is_library(frame) and not _is_machinery(frame):
             code = frame.f_code
             out.append(f"{os.path.basename(code.co_filename)}:{tb.tb_lineno} in {code.co_name}")
         tb = tb.tb_next
@@ -139,8 +159,8 @@ def users_line(tb: Any, owners: Any) -> str | None:
     while tb is not None:
         frame = tb.tb_frame
         module, filename = _module_of(frame), frame.f_code.co_filename
-        if not _is_library(frame) and not _in_stdlib(filename) \
-                and owners.is_users(module, filename):
+        if not _is_library(frame) and not _is_machinery(frame) \
+                and not _in_stdlib(filename) and owners.is_users(module, filename):
             found = f"{os.path.basename(filename)}:{tb.tb_lineno} in {frame.f_code.co_name}"
         tb = tb.tb_next
     return found
