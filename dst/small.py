@@ -533,8 +533,21 @@ def _reason(exc: BaseException) -> str:
     reason = str(getattr(exc, "msg", None) or exc).strip().partition("\n")[0]
     runner = sys.modules.get("pytest")
     if runner is not None and isinstance(exc, runner.xfail.Exception):
-        return f"xfail: {reason}" if reason else "xfail"
+        return f"{_XFAIL}: {reason}" if reason else _XFAIL
     return reason or "skipped"
+
+
+#: How the reason of a seed whose body called ``pytest.xfail()`` reads: ``xfail: reason``.
+_XFAIL = "xfail"
+
+
+def xfail_reason(reason: str) -> str | None:
+    """What ``pytest.xfail(reason)`` gave, from a seed's skip reason (``"xfail: reason"``;
+    ``""`` when it gave none); None when the body called ``pytest.skip()``."""
+    if reason == _XFAIL:
+        return ""
+    head, colon, rest = reason.partition(": ")
+    return rest if colon and head == _XFAIL else None
 
 
 #: The event a run records when its body calls ``pytest.skip()``, and the attribute

@@ -8,6 +8,7 @@ says so).
 from __future__ import annotations
 
 import asyncio
+import json
 import shlex
 from pathlib import Path
 
@@ -85,6 +86,12 @@ async def toss(env: dst.Env) -> None:
     await trio.sleep(0)
     if env.rng.random() < 0.5:
         pytest.skip("coin says skip")
+
+
+@dst.test(seeds=40)
+async def skips_or_xfails(env: dst.Env) -> None:
+    await toss(env)
+    pytest.xfail("known race")
 
 
 @dst.test(seeds=50)
@@ -193,14 +200,45 @@ def test_pytest_fail_in_the_body_is_a_violation_told_at_the_user_s_line(here: Pa
     assert again.exit_code == 1 and again.stdout.startswith("identical: "), again.output
 
 
-def test_pytest_xfail_in_the_body_xfails_the_test_and_dst_run_counts_it_skipped(
+def test_pytest_xfail_in_the_body_xfails_the_test_and_dst_run_counts_it_xfailed(
         here: Path) -> None:
     with pytest.raises(pytest.xfail.Exception, match=r"known race, fixed in 2\.0"):
         calls_pytest_xfail()
     ran = invoke("run", f"{__file__}::calls_pytest_xfail", "--seeds", "5", "--workers", "1")
     assert ran.exit_code == 5, ran.output  # nothing tested, as every seed skipping
-    assert ": 5 runs (5 skipped), 0 failed, " in ran.stdout, ran.output
-    assert "xfail: known race, fixed in 2.0" in ran.stdout, ran.output
+    assert ": 5 runs (5 xfailed), 0 failed, " in ran.stdout, ran.output
+    assert "\n5 seeds xfailed by pytest.xfail() in the test body (0, 1, 2, ...): known race, " \
+           "fixed in 2.0; an xfailed seed tested nothing and is not counted as passed\n" \
+           in ran.stdout, ran.output
+    assert "skip" not in ran.stdout, ran.output
+    assert ran.stderr.strip() == (
+        f"error: {__file__}::calls_pytest_xfail: every seed xfailed (pytest.xfail(): known "
+        "race, fixed in 2.0), so nothing was tested; run it where it applies, or drop the "
+        "xfail"), ran.stderr
+    doc = json.loads(invoke("run", f"{__file__}::calls_pytest_xfail", "--seeds", "5",
+                            "--workers", "1", "--json").stdout)
+    assert (doc["skipped"], doc["skip_reasons"]) == (0, {}), doc
+    assert (doc["xfailed"], doc["xfail_reasons"]) == (5, {"known race, fixed in 2.0": 5}), doc
+
+
+def test_dst_run_tells_skipped_and_xfailed_seeds_of_one_test_apart(here: Path) -> None:
+    ran = invoke("run", f"{__file__}::skips_or_xfails", "--seeds", "40", "--workers", "1",
+                 "--json")
+    doc = json.loads(ran.stdout)
+    skipped, xfailed = doc["skipped"], doc["xfailed"]
+    assert 0 < skipped < 40 and skipped + xfailed == 40, doc
+    assert doc["skip_reasons"] == {"coin says skip": skipped}, doc
+    assert doc["xfail_reasons"] == {"known race": xfailed}, doc
+    ran = invoke("run", f"{__file__}::skips_or_xfails", "--seeds", "40", "--workers", "1")
+    assert ran.exit_code == 5, ran.output
+    assert f": 40 runs ({skipped} skipped, {xfailed} xfailed), 0 failed, " in ran.stdout, \
+        ran.output
+    assert (f"\n{skipped} seed{'s' * (skipped != 1)} skipped by pytest.skip() in the test "
+            f"body: coin says skip; {xfailed} seed{'s' * (xfailed != 1)} xfailed by "
+            "pytest.xfail() in the test body: known race; first seeds (0, 1, 2, ...); a "
+            "skipped or xfailed seed tested nothing") in ran.stdout, ran.output
+    assert "every seed skipped (pytest.skip(): coin says skip) or xfailed (pytest.xfail(): " \
+           "known race), so nothing was tested" in ran.stderr, ran.stderr
 
 
 @pytest.mark.parametrize(("body", "line"), [

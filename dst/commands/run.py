@@ -312,6 +312,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
         Invocation,
         all_skipped,
         json_document,
+        nothing_tested,
         print_summary,
         rerun_line,
         shrink_groups,
@@ -462,9 +463,6 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     if summary.nondeterministic:
         sys.exit(3)
     if all_skipped(summary):
-        reasons = "; ".join(sorted(summary.skipped))
-        click.echo(encodable(f"error: {scenario}: every seed skipped (pytest.skip(): "
-                             f"{reasons}), so nothing was tested; run it where it applies, "
-                             "or drop the skip"), err=True)
+        click.echo(encodable(nothing_tested(scenario, summary)), err=True)
         sys.exit(5)
     sys.exit(1 if summary.failed else 0)

@@ -245,7 +245,7 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
     grouped = (f" in {more}{len(groups):,} group{'s' * (len(groups) != 1 or bool(more))}"
                if summary.failed else "")
     skipped = sum(summary.skipped.values())
-    skips = f" ({skipped:,} skipped)" if skipped else ""
+    skips = f" ({skipped_counts(summary)})" if skipped else ""
     _echo(f"{title}{how}: {summary.runs:,} run{'s' * (summary.runs != 1)}{earlier}{skips}, "
           f"{summary.failed:,} failed{' (' + by + ')' if by else ''}{grouped}, "
           f"{rate:,.0f} runs/s ({seconds:.1f}s)")
@@ -280,21 +280,67 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
 
 
 def all_skipped(summary: BulkSummary) -> bool:
-    """Whether every seed run skipped (``pytest.skip()`` in a ``@dst.test`` body) and none
-    failed: the run tested nothing (``dst run`` exits 5)."""
+    """Whether every seed run skipped (``pytest.skip()`` or ``pytest.xfail()`` in a
+    ``@dst.test`` body) and none failed: the run tested nothing (``dst run`` exits 5)."""
     return not summary.failed and summary.runs > 0 and \
         sum(summary.skipped.values()) == summary.runs
 
 
+def skips_and_xfails(summary: BulkSummary) -> tuple[dict[str, int], dict[str, int]]:
+    """The seeds' reasons, by count: those of ``pytest.skip()``, and those of
+    ``pytest.xfail()`` (without ``xfail:``; ``no reason given`` for none), each sorted."""
+    skips: dict[str, int] = {}
+    xfails: dict[str, int] = {}
+    if summary.skipped:
+        from ..small import xfail_reason
+
+        for reason, n in sorted(summary.skipped.items()):
+            why = xfail_reason(reason)
+            if why is None:
+                skips[reason] = n
+            else:
+                why = why or "no reason given"
+                xfails[why] = xfails.get(why, 0) + n
+    return skips, dict(sorted(xfails.items()))
+
+
+def skipped_counts(summary: BulkSummary) -> str:
+    """``5 skipped``, ``5 xfailed`` or ``3 skipped, 2 xfailed``: for the summary line."""
+    skips, xfails = skips_and_xfails(summary)
+    told = [f"{sum(d.values()):,} {word}" for d, word in
+            ((skips, "skipped"), (xfails, "xfailed")) if d]
+    return ", ".join(told)
+
+
 def skipped_text(summary: BulkSummary) -> str:
-    """The seeds whose ``@dst.test`` body called ``pytest.skip()``: how many, why, which."""
-    skipped = sum(summary.skipped.values())
-    why = "; ".join(reason + (f" x{n:,}" if len(summary.skipped) > 1 else "")
-                    for reason, n in sorted(summary.skipped.items()))
-    seeds = ", ".join(map(str, summary.skipped_seeds)) + (", ..." if skipped > 3 else "")
-    return (f"{skipped:,} seed{'s' * (skipped != 1)} skipped by pytest.skip() in the test "
-            f"body ({seeds}): {why}; a skipped seed tested nothing and is not counted as "
-            "passed")
+    """The seeds whose ``@dst.test`` body called ``pytest.skip()`` or ``pytest.xfail()``:
+    how many of each, why, which."""
+    skips, xfails = skips_and_xfails(summary)
+    shown = sum(summary.skipped.values())
+    seeds = " (" + ", ".join(map(str, summary.skipped_seeds)) + (", ..." if shown > 3 else "") + ")"
+    both = bool(skips and xfails)  # the first seeds are of either kind: told once, after both
+    told = []
+    for reasons, word, call in ((skips, "skipped", "skip"), (xfails, "xfailed", "xfail")):
+        if reasons:
+            n = sum(reasons.values())
+            why = "; ".join(reason + (f" x{k:,}" if len(reasons) > 1 else "")
+                            for reason, k in reasons.items())
+            told.append(f"{n:,} seed{'s' * (n != 1)} {word} by pytest.{call}() in the test "
+                        f"body{'' if both else seeds}: {why}")
+    if both:
+        told.append(f"first seeds{seeds}")
+    word = "a skipped or xfailed" if both else "an xfailed" if xfails else "a skipped"
+    return "; ".join(told) + f"; {word} seed tested nothing and is not counted as passed"
+
+
+def nothing_tested(scenario: str, summary: BulkSummary) -> str:
+    """The error line of a run whose every seed skipped or xfailed: nothing was tested."""
+    skips, xfails = skips_and_xfails(summary)
+    said = [f"{word} (pytest.{call}(): {'; '.join(reasons)})" for reasons, word, call in
+            ((skips, "skipped", "skip"), (xfails, "xfailed", "xfail")) if reasons]
+    drop = " or ".join(call for reasons, call in ((skips, "skip"), (xfails, "xfail")) if reasons)
+    return (f"error: {scenario}: every seed {' or '.join(said)}, so nothing was tested; run it "
+            f"where it applies, or drop the {drop}")
 
 
 def _declared_probes(scen: Scenario, summary: BulkSummary) -> None:
@@ -327,6 +373,7 @@ def json_document(run: Invocation, scen: Scenario, config: dict[str, Any],
     kept = sorted((seed, steps, path, i, g) for i, g in enumerate(groups, 1)
                   for steps, seed, path in g.kept)
     shrunk_by_seed = {g.shrunk.seed: g.shrunk for g in groups if g.shrunk}
+    skips, xfails = skips_and_xfails(summary)
     doc = {
         "scenario": scen.name, "config": config, "strategy": run.strategy,
         "seeds": [run.start, run.stop],
@@ -346,8 +393,8 @@ def json_document(run: Invocation, scen: Scenario, config: dict[str, Any],
         "resumed": resumed, "interrupted": summary.interrupted,
         "stopped_early": summary.stopped_early,
         "bounded": summary.bounded,
-        "skipped": sum(summary.skipped.values()),
-        "skip_reasons": dict(sorted(summary.skipped.items())),
+        "skipped": sum(skips.values()), "skip_reasons": skips,
+        "xfailed": sum(xfails.values()), "xfail_reasons": xfails,
         "nondeterministic": [{"seed": o.seed, "difference": o.nondeterminism}
                              for o in summary.nondeterministic],
         "not_run": [list(r) for r in summary.not_run],
