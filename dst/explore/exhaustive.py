@@ -228,6 +228,9 @@ class _Search:
         #: The watched modules whose globals are read: every one seen in this search,
         #: so that two states' digests cover the same modules.
         self.modules: set[str] = set()
+        # Modules an earlier search's writer met and left (it stopped at a violation
+        # before reading them) belong to that search, not this one.
+        MET.clear()
         self.invariants: dict[str, Check] = dict(scenario.invariants)
         self.eventual = tuple(scenario.eventual_checks)
         #: A run may stop once every invariant is broken on it: nothing is left to see.

@@ -95,7 +95,7 @@ def _token(*parts: Any) -> tuple[Any, ...]:
 
 
 _PLAIN, _TASK, _KERNEL, _FUNCTION, _RNG, _CLASS, _MODULE, _CORO, _FRAME, _SCOPE, _NURSERY, \
-    _LOT, _FIELDS, _VAR, _CACHE = range(15)
+    _LOT, _FIELDS, _VAR, _CACHE, _CODE = range(16)
 
 #: How objects of each type are written (see ``_kind_of``), found once per type.
 _KINDS: dict[type, int] = {}
@@ -123,7 +123,7 @@ _KIND_TYPES: tuple[tuple[int, Any], ...] = (
     (_MODULE, types.ModuleType), (_CORO, (types.CoroutineType, types.GeneratorType)),
     (_FRAME, (types.TracebackType, types.FrameType)), (_SCOPE, trio.CancelScope),
     (_NURSERY, trio.Nursery), (_LOT, ll.ParkingLot), (_VAR, contextvars.ContextVar),
-    (_CACHE, functools._lru_cache_wrapper),
+    (_CACHE, functools._lru_cache_wrapper), (_CODE, types.CodeType),
 )
 
 #: Watched modules the writer met (a module, or a function or class defined in one):
@@ -306,6 +306,8 @@ class _Writer(pickle.Pickler):
             return _token, ("cache", obj.__module__, obj.__qualname__), _cached(obj)
         if kind == _FRAME:
             return _token, ("frame",)  # where an exception was raised: never steers code
+        if kind == _CODE:  # immutable: where it was compiled is all there is to it
+            return _token, ("code", obj.co_filename, obj.co_qualname, obj.co_firstlineno)
         if kind == _SCOPE:
             return _token, ("scope", *_scope(obj))
         if kind == _NURSERY:
