@@ -49,6 +49,11 @@ _MAX_TAG = 60
 _DIGEST = 10
 
 
+def _digest(data: str | bytes, digits: int = _DIGEST) -> str:
+    """The first ``digits`` hex digits of ``data``'s SHA-256: the same on every machine."""
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:digits]
+
+
 def _shown(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
@@ -67,7 +72,7 @@ def config_tag(scenario: Scenario, config: Mapping[str, Any]) -> str:
     if len(tag) <= _MAX_TAG and all(_PART.fullmatch(p) for p in parts):
         return tag
     text = json.dumps(changed, separators=(",", ":"))
-    return "cfg" + hashlib.sha256(text.encode()).hexdigest()[:_DIGEST]
+    return "cfg" + _digest(text)
 
 
 def strategy_tag(strategy: str) -> str:
@@ -77,7 +82,7 @@ def strategy_tag(strategy: str) -> str:
     shown = strategy.replace(":", ".").replace(",", ".")
     if re.fullmatch(r"[A-Za-z0-9_.=+-]{1,40}", shown):
         return shown
-    return "strategy" + hashlib.sha256(strategy.encode()).hexdigest()[:_DIGEST]
+    return "strategy" + _digest(strategy)
 
 
 def trace_stem(scenario: Scenario, config: Mapping[str, Any], *, name: str | None = None,
@@ -116,7 +121,7 @@ def unclaimed_stem(stem: str, key: str, kept: Iterable[tuple[str, str]]) -> str:
             continue
         theirs = _file_of(other)
         if theirs is not None and theirs != mine:
-            return f"{stem}-f{hashlib.sha256(mine.encode()).hexdigest()[:8]}"
+            return f"{stem}-f{_digest(mine, 8)}"
     return stem
 
 
@@ -187,7 +192,7 @@ def identity(ref: str | None, scenario: Scenario, config: Mapping[str, Any],
         except ValueError:  # another drive (Windows): the absolute path
             pass
     try:
-        source = hashlib.sha256(file.read_bytes()).hexdigest()[:2 * _DIGEST] if file else ""
+        source = _digest(file.read_bytes(), 2 * _DIGEST) if file else ""
     except OSError:
         source = ""
     try:
