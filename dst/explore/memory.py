@@ -55,6 +55,8 @@ from typing import Any
 import trio
 import trio.lowlevel as ll
 
+from ..sim.outside import dst_machinery
+
 #: Packages whose objects stand for themselves by class and name: the kernel
 #: (its state is in the kernel's part of the key) and logging (never steers code).
 #: A module is one of them only at a dot boundary: ``loggingbox`` is user code.
@@ -502,10 +504,6 @@ _INSTALLED = tuple(sorted({os.path.join(p, "") for p in (
     sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib"))
     if p}))
 
-#: dst's own modules whose globals are part of the system under test (the runtime,
-#: the agents and the fakes that ship with it); the rest of dst is the tester.
-_DST_SYSTEM = ("dst.runtime", "dst.agents", "dst.fakes")
-
 #: Module name -> whether its globals are watched.
 _WATCHED: dict[str, bool] = {}
 
@@ -522,7 +520,8 @@ def watched(name: str) -> bool:
         return False  # not imported (yet): nothing of it to read
     path = getattr(module, "__file__", None) or ""
     if name == "dst" or name.startswith("dst."):
-        known = any(name == p or name.startswith(p + ".") for p in _DST_SYSTEM)
+        # dst's runtime, agents and fakes are the system under test; the rest is the tester.
+        known = not dst_machinery(name)
     else:
         known = (bool(path) and not opaque(name)
                  and not _stdlib(name) and not os.path.abspath(path).startswith(_INSTALLED))

@@ -16,6 +16,8 @@ from typing import Any
 
 import trio.lowlevel as ll
 
+from .outside import dst_machinery
+
 _LIBRARY_PREFIXES = ("trio", "dst.sim", "outcome")
 
 
@@ -46,12 +48,9 @@ def _is_library(frame: FrameType) -> bool:
     return known
 
 
-#: dst's packages whose code is written against ``Env`` as a user's is: their frames can
-#: be the line a report names.  The rest of dst outside trio's side (the small form's
-#: wrapper around a test body, the runners, the commands) is machinery, nobody's line.
-_WRITTEN_AGAINST_ENV = ("dst.runtime", "dst.fakes", "dst.agents")
-
-#: Module name -> whether it is dst's machinery outside :data:`_LIBRARY_PREFIXES`.
+#: Module name -> whether it is dst's machinery outside :data:`_LIBRARY_PREFIXES`
+#: (``outside.dst_machinery``: the small form's wrapper around a test body, the
+#: runners, the commands), nobody's line; dst's runtime, fakes and agents can be one.
 _MACHINERY: dict[str, bool] = {}
 
 
@@ -59,8 +58,7 @@ def _is_machinery(frame: FrameType) -> bool:
     module = frame.f_globals.get("__name__", "")
     known = _MACHINERY.get(module)
     if known is None:
-        known = _MACHINERY[module] = (module == "dst" or module.startswith("dst.")) and not any(
-            module == p or module.startswith(p + ".") for p in _WRITTEN_AGAINST_ENV)
+        known = _MACHINERY[module] = dst_machinery(module)
     return known
 
 

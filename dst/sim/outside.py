@@ -99,6 +99,18 @@ def _in_package(module: str, names: Iterable[str]) -> bool:
     return any(module == name or module.startswith(name + ".") for name in names)
 
 
+#: dst's packages whose code is written against ``Env`` as a user's is, and whose
+#: globals are part of the system under test: the runtime, fakes and agents it ships.
+WRITTEN_AGAINST_ENV = ("dst.runtime", "dst.fakes", "dst.agents")
+
+
+def dst_machinery(module: str) -> bool:
+    """Whether ``module`` is dst's own machinery (the kernel, the small form's wrapper,
+    the runners, the commands): nobody's line in a report and no state of the system
+    under test, unlike dst's runtime, fakes and agents (:data:`WRITTEN_AGAINST_ENV`)."""
+    return _in_package(module, ("dst",)) and not _in_package(module, WRITTEN_AGAINST_ENV)
+
+
 class CodeOwners:
     """Which code is the user's (its reads of the real world are refused) and which is
     a library's (its reads are answered from the simulation).

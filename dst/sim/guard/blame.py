@@ -136,9 +136,8 @@ def _asked_by(frame: types.FrameType) -> types.FrameType | None:
     at: types.FrameType | None = frame
     while at is not None:
         module, filename = _module_of(at), at.f_code.co_filename
-        machinery = (module == "dst" or module.startswith("dst.")) and not module.startswith(
-            ("dst.runtime", "dst.fakes", "dst.agents"))
-        if not machinery and not _in_stdlib(filename) and owners.is_users(module, filename):
+        if (not outside.dst_machinery(module) and not _in_stdlib(filename)
+                and owners.is_users(module, filename)):
             return None if at is frame else at
         at = at.f_back
     return None
