@@ -36,12 +36,16 @@ A "seed" is one run: for dst a seed of ``dst.runner.single.run_seeds`` (in
 chunks of ``dst.runner.bulk.CHUNK`` seeds, one ``trio.run`` each, as ``dst run``
 does), for detangle run index ``i`` of ``detangle.explore(fn, seed=0)``, run
 with the loop ``explore`` runs (``strategy.start(i)``, ``detangle.execute``,
-``strategy.finish``) so that a failing run does not stop the pass: both sides run
-every seed and count the failing ones.  detangle's strategy is its default
-(``auto``: FIFO first, then PCT and random walks in turn), dst's its default
-(a random walk).  Then, once, each tool's documented entry point searches the
-same seeds and stops at the first failure (``dst.testing.check_seeds``,
-``detangle.explore``, with shrinking): the seeds it ran and its first line.
+``strategy.finish``) so that a failing run does not stop the pass: both sides
+give every seed's verdict and count the failing ones.  As ``dst run`` does, a
+dst seed whose decisions an earlier seed of the pass took (and a second
+confirmed) is answered with that run, not run again (``dst.runner.paths``): the
+row "the same, --every-seed" runs every seed, and its ratio is printed too.
+detangle's strategy is its default (``auto``: FIFO first, then PCT and random
+walks in turn), dst's its default (a random walk).  Then, once, each tool's
+documented entry point searches the same seeds and stops at the first failure
+(``dst.testing.check_seeds``, ``detangle.explore``, with shrinking): the seeds it
+ran and its first line.
 
 Also measured in the same rounds: dst's shipped ``counter`` scenario (2 worker
 tasks x 7 compare-and-set increments, its default config) in-process; bare trio,
@@ -85,6 +89,7 @@ import trio
 
 from dst import Env, FaultPlan, Scenario, Sim
 from dst.runner.bulk import CHUNK
+from dst.runner.paths import PathMemo
 from dst.runner.single import RunResult, run_seeds
 from dst.testing import check_seeds
 from scenarios import counter
@@ -290,8 +295,12 @@ class Pass:
     reported: float | None = None
 
 
-def dst_pass(scenario: Scenario, seeds: int) -> Pass:
+def dst_pass(scenario: Scenario, seeds: int, reuse: bool = True) -> Pass:
+    """dst's seeds as ``dst run`` runs them on one worker: chunks of ``CHUNK`` seeds, the
+    schedules met kept from chunk to chunk (``dst.runner.paths``) unless not ``reuse``
+    (``dst run --every-seed``: every seed runs)."""
     config = scenario.default_config()
+    memo: PathMemo | bool = PathMemo() if reuse else False
     per_seed: list[float] = []
     failed: list[int] = []
     steps = 0
@@ -309,7 +318,8 @@ def dst_pass(scenario: Scenario, seeds: int) -> Pass:
     wall, cpu = time.perf_counter(), time.process_time()
     for start in range(0, seeds, CHUNK):
         last = time.process_time()
-        run_seeds(scenario, config, range(start, min(seeds, start + CHUNK)), on_result)
+        run_seeds(scenario, config, range(start, min(seeds, start + CHUNK)), on_result,
+                  reuse=memo)
     return Pass(time.process_time() - cpu, time.perf_counter() - wall, per_seed, failed, steps)
 
 
@@ -383,9 +393,13 @@ def make_rows(args: argparse.Namespace) -> list[Row]:
     strategy = args.detangle_strategy
     rows = [
         Row("dst_lost", "dst lost update", "dst", lambda n: dst_pass(lost_update, n)),
+        Row("dst_lost_every", "  the same, --every-seed", "dst",
+            lambda n: dst_pass(lost_update, n, reuse=False)),
         Row("detangle_lost", "detangle lost update", "detangle",
             lambda n: detangle_pass(detangle_lost_update, plain, strategy, n)),
         Row("dst_charge", "dst retried charge", "dst", lambda n: dst_pass(retried_charge, n)),
+        Row("dst_charge_every", "  the same, --every-seed", "dst",
+            lambda n: dst_pass(retried_charge, n, reuse=False)),
         Row("detangle_charge", "detangle retried charge", "detangle",
             lambda n: detangle_pass(detangle_retried_charge, lossy, strategy, n)),
         Row("dst_counter", "dst counter (in-process)", "dst",
@@ -400,7 +414,9 @@ def make_rows(args: argparse.Namespace) -> list[Row]:
 #: (row, baseline) pairs whose seeds/s ratio is reported (above 1: the row is faster).
 RATIOS = [
     ("dst_lost", "detangle_lost"),
+    ("dst_lost_every", "detangle_lost"),
     ("dst_charge", "detangle_charge"),
+    ("dst_charge_every", "detangle_charge"),
     ("dst_counter", "bare_counter"),
     ("cli_counter", "bare_counter"),
     ("cli_counter", "dst_counter"),

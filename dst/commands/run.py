@@ -253,6 +253,9 @@ def _nothing_to_resume(recorder: Recorder, name: str, config: dict[str, Any]) ->
 @click.option("--check-determinism", is_flag=True,
               help="Run each seed twice in one process and once more in a process with "
                    "another hash seed, and report the first record that differs.")
+@click.option("--every-seed", is_flag=True,
+              help="Run every seed, even one whose decisions an earlier seed already took "
+                   "(by default that run, once a second seed confirmed it, stands for it).")
 @click.option("--shrink/--no-shrink", "shrink", default=None,
               help="Shrink the shortest trace of each failure group to its shortest story "
                    "(OUT/<trace>.min.jsonl) and tell that one; on by default, "
@@ -270,8 +273,9 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
             duration: float | None,
             max_failures: int | None, keep: int | None, max_groups: int,
             seed_timeout: float | None,
-            resume: bool, out: str, check_determinism: bool, shrink: bool | None,
-            summary_md: str | None, junit_xml: str | None, as_json: bool) -> None:
+            resume: bool, out: str, check_determinism: bool, every_seed: bool,
+            shrink: bool | None, summary_md: str | None, junit_xml: str | None,
+            as_json: bool) -> None:
     """Run SCENARIO over many seeds and report every invariant violated.
 
     SCENARIO is a name from `dst list`, a path to a .py file, or a module.
@@ -401,7 +405,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
                          check_determinism=check_determinism, on_chunk=on_chunk,
                          summary=summary, seed_timeout=timeout, strategy=strategy,
                          keep=summary.keep_policy, max_failures=max_failures,
-                         scenario_file=shown_file)
+                         scenario_file=shown_file, reuse=not every_seed)
         except DstError as err:
             progress.close()
             recorder.finish(summary, "error", len(summary.groups))

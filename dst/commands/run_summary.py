@@ -251,6 +251,9 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
           f"{rate:,.0f} runs/s ({seconds:.1f}s)")
     if skipped:
         _echo(skipped_text(summary))
+    if summary.reused:
+        _echo(f"{summary.reused:,} of {new:,} seeds took the decisions of an earlier seed, "
+              "whose run (confirmed by a second) stood for theirs (--every-seed runs each)")
     _print_coverage(scen, summary)
     if summary.bounded:
         first = next((paths[s] for s in summary.bounded_seeds if s in paths),
@@ -379,6 +382,7 @@ def json_document(run: Invocation, scen: Scenario, config: dict[str, Any],
         "seeds": [run.start, run.stop],
         "shard": list(run.shard) if run.shard else None,
         "runs": summary.runs,
+        "reused": summary.reused,
         "seconds": round(seconds, 3),
         "failed": summary.failed,
         "groups": [_group_json(run, g, i) for i, g in enumerate(groups, 1)],

@@ -38,6 +38,7 @@ from ..scenario import Scenario
 from ..trace.model import current_hash_seed
 from .determinism import comparable, cross_difference, first_difference, other_hash_seeds
 from .groups import BOUNDED_KEPT, GroupBook, KeepPolicy, signature, to_render
+from .paths import PathMemo
 from .single import RunResult, run_seeds
 from .workers import (
     SEED_TIMEOUT,
@@ -91,11 +92,15 @@ class SeedOutcome:
     signature: str | None = None
     #: Why a ``@dst.test`` body called ``pytest.skip()`` in this run: it tested nothing.
     skipped: str | None = None
+    #: An earlier seed's run stood for this one: same decisions (``dst.runner.paths``).
+    reused: bool = False
 
 
 @dataclass
 class BulkSummary:
     runs: int = 0
+    #: Runs an earlier seed's run of the same decisions stood for (``dst.runner.paths``).
+    reused: int = 0
     #: Every failing seed, when ``keep_traces``; otherwise empty, and ``failed``
     #: and ``groups`` say what failed (a long run must not hold an entry per failure).
     failures: list[SeedOutcome] = field(default_factory=list)
@@ -165,6 +170,7 @@ class BulkSummary:
     def absorb(self, outcomes: list[SeedOutcome]) -> None:
         for o in outcomes:
             self.runs += 1
+            self.reused += o.reused
             self.decisions += o.steps
             if o.ended == "bound":
                 self.add_bounded(o.seed)
@@ -203,7 +209,7 @@ def _passed(r: RunResult) -> SeedOutcome | RunResult:
         return r
     return SeedOutcome(r.seed, r.verdict, tuple(r.violated), r.steps, None, ended=r.ended,
                        probes_declared=r.probes_declared, probes_reached=r.probes_reached,
-                       states=r.states, skipped=_skip_reason(r))
+                       states=r.states, skipped=_skip_reason(r), reused=r.reused)
 
 
 def _outcomes(results: list[RunResult] | list[SeedOutcome | RunResult],
@@ -226,7 +232,7 @@ def _outcomes(results: list[RunResult] | list[SeedOutcome | RunResult],
                         r.trace().text() if r.seed in render else None, ended=r.ended,
                         probes_declared=r.probes_declared, probes_reached=r.probes_reached,
                         states=r.states, signature=sigs.get(r.seed),
-                        skipped=_skip_reason(r))
+                        skipped=_skip_reason(r), reused=r.reused)
             for r in results]
 
 
@@ -235,11 +241,14 @@ def _outcomes(results: list[RunResult] | list[SeedOutcome | RunResult],
 
 def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: Iterable[int],
                beat: Beat | None, strategy: str = "random",
-               keep_as: Callable[[RunResult], Any] | None = None) -> list[Any]:
+               keep_as: Callable[[RunResult], Any] | None = None,
+               reuse: bool | PathMemo = False) -> list[Any]:
     """Run ``seeds`` in order under the strategy ``strategy`` names (a spec of
     ``dst.explore.strategies``), stopping early when asked; user errors become one line.
 
-    Each run's result, or what ``keep_as`` makes of it as the run ends."""
+    Each run's result, or what ``keep_as`` makes of it as the run ends.  ``reuse``
+    is ``run_seeds``'s: off by default here, where a determinism check runs
+    every seed itself."""
     results: list[Any] = []
     current = [-1]
 
@@ -259,7 +268,8 @@ def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: It
 
     try:
         how = explore(strategy, scenario, config)
-        run_seeds(scenario, config, feed(), done, strategy=how.strategy, plan=how.plan)
+        run_seeds(scenario, config, feed(), done, strategy=how.strategy, plan=how.plan,
+                  reuse=reuse)
     except (DstError, KeyboardInterrupt):
         raise
     except BaseException as exc:
@@ -271,6 +281,7 @@ def run_chunk(
     scenario_ref: str, config: Mapping[str, Any], seeds: list[int],
     check_determinism: bool = False, *, beat: Beat | None = None, strategy: str = "random",
     keep: KeepPolicy | None = None, scenario_file: str | None = None,
+    reuse: bool | PathMemo = True,
 ) -> list[SeedOutcome]:
     """Run one chunk; with ``check_determinism`` twice, keeping every run's lines.
 
@@ -280,10 +291,13 @@ def run_chunk(
     after the first, so a run that depends on what an earlier run left behind (a
     module global) differs.  ``scenario_file`` goes in the header of every trace
     rendered (``dst.trace.model.scenario_file``, made by the process that was asked).
+    Without the check, a seed that takes an earlier seed's decisions is answered with
+    that run (``reuse``, as ``run_seeds`` says); with it, every seed runs twice.
     """
     scenario = load(scenario_ref)
     if not check_determinism:
-        kept = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy, _passed)
+        kept = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy, _passed,
+                         reuse)
         for r in kept:
             if isinstance(r, RunResult):
                 r.scenario_file = scenario_file
@@ -378,6 +392,9 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
     ignore_sigint()
     die_with_parent()
     beat = Beat(array)
+    # The schedules this worker has run, for the rest of its chunks: a worker serves
+    # one ``run_bulk``, so one scenario, config and strategy (keyed all the same).
+    memos: dict[tuple[Any, ...], PathMemo] = {}
     while True:
         try:
             job = conn.recv()
@@ -396,9 +413,14 @@ def _serve(conn: Any, array: Any, hash_seed: int | None) -> None:
                 reply = ("ok", [comparable(r) for r in
                                 _run_pass(scenario, ref, config, seeds, beat, strategy)])
             else:
+                memo: bool | PathMemo = False
+                if mode == "run":
+                    memo = memos.setdefault(
+                        (ref, repr(sorted(config.items())), strategy, scenario_file),
+                        PathMemo())
                 reply = ("ok", run_chunk(ref, config, seeds, mode == "check", beat=beat,
                                          strategy=strategy, keep=keep,
-                                         scenario_file=scenario_file))
+                                         scenario_file=scenario_file, reuse=memo))
         except DstError as err:
             reply = ("error", err.exit_code, str(err))
         except BaseException as exc:  # a dst bug: still one line, never a pool traceback
@@ -457,6 +479,7 @@ def run_bulk(
     keep: Callable[[], KeepPolicy | None] | None = None,
     max_failures: int | None = None,
     scenario_file: str | None = None,
+    reuse: bool = True,
 ) -> BulkSummary:
     """Run ``seeds`` (possibly endless: then until ``deadline``) in chunks on workers.
 
@@ -476,6 +499,9 @@ def run_bulk(
     order, so whatever the number of workers): the chunk holding the last one is
     cut after it, and the seeds after it count as not run at all.  ``scenario_file``
     goes in the header of every trace (``dst.trace.model.scenario_file``).
+    With ``reuse`` (the default), each worker answers a seed whose decisions one of
+    its earlier seeds took with that run (``dst.runner.paths``); without, every seed
+    runs.
     """
     summary = summary if summary is not None else BulkSummary()
     cfg = dict(config)
@@ -585,7 +611,8 @@ def run_bulk(
                         left = max_failures - (summary.failed - failed_before)
                         policy = replace(policy, first=max(0, left))
                     slot.send(entry, todo[0], (
-                        scenario_ref, cfg, todo, "check" if check_determinism else "run",
+                        scenario_ref, cfg, todo,
+                        "check" if check_determinism else "run" if reuse else "every",
                         strategy, policy, scenario_file))
                     for waiting in unchecked.values():
                         waiting.append(entry)

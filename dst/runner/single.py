@@ -15,6 +15,8 @@ from ..sim.run import run_sims
 from ..sim.strategy import RandomWalk, Replay, Strategy
 from ..trace.compare import replay_divergence
 from ..trace.model import Trace, make_header, record_to_dict
+from .paths import MemoStats, PathMemo
+from .paths import reuse as reused
 
 
 @dataclass
@@ -38,6 +40,9 @@ class RunResult:
     #: The header's ``scenario_file``: where a scenario loaded from a file lives,
     #: relative to where the run was asked for (``dst.trace.model.scenario_file``).
     scenario_file: str | None = None
+    #: The seed's decisions were an earlier seed's, whose run (confirmed by a second)
+    #: stands for it record for record: it was not run again (``dst.runner.paths``).
+    reused: bool = False
 
     def trace(self) -> Trace:
         sim = self.sim
@@ -87,26 +92,60 @@ def run_seeds(
     strategy: Callable[[int], Strategy] = RandomWalk,
     plan: Callable[[int, FaultPlan], FaultPlan] | None = None,
     faults: FaultPlan | None = None,
-) -> None:
+    reuse: bool | PathMemo = False,
+) -> MemoStats | None:
     """Run ``scenario`` under ``config`` for each seed; ``on_result`` after each.
 
     ``faults`` replaces the scenario's fault plan (a replay runs under the plan
     its trace header records); ``plan(seed, faults)`` gives each seed a plan of
     its own (``swarm``).  Either way the plan a run used is in its header.
+
+    With ``reuse``, under the random walk, a seed whose decisions an earlier seed
+    of this call already took (and a second one confirmed) is answered with that
+    run's result, without running (``dst.runner.paths``): ``dst run`` does, and
+    says how many.  Off by default: code that watches its own runs (a setup that
+    counts them, or keeps the world it built for a test to look at) sees every
+    seed run.  A ``PathMemo`` given is used, and kept, across calls with the same
+    scenario, config and plan.  Returns what the memo did, or None when none was
+    used.
     """
     cfg = dict(config)
     base = faults if faults is not None else scenario.fault_plan(cfg)
+    memo = None
+    if reuse is not False and strategy is RandomWalk and plan is None:
+        memo = reuse if isinstance(reuse, PathMemo) else PathMemo()
+    mark = 0
 
     def setup(sim: Sim) -> None:
         scenario.build(sim, cfg)
 
     def jobs() -> Iterable[tuple[Sim, Callable[[Sim], None]]]:
+        nonlocal mark
         for seed in seeds:
+            if memo is not None and memo.on:
+                same = memo.lookup(seed)
+                if same is not None:
+                    on_result(reused(same, seed))
+                    continue
+                sim = Sim(seed, memo.strategy(seed), faults=base, max_steps=scenario.max_steps)
+                mark = memo.mark()
+                yield sim, setup
+                continue
             sim = Sim(seed, strategy(seed), faults=plan(seed, base) if plan else base,
                       max_steps=scenario.max_steps)
             yield sim, setup
 
-    run_sims(jobs(), lambda sim: on_result(_result(scenario, cfg, sim)))
+    def done(sim: Sim) -> None:
+        if memo is None:
+            on_result(_result(scenario, cfg, sim))
+            return
+        clean = memo.clean(sim, mark)  # before ``_result`` reads the seed
+        result = _result(scenario, cfg, sim)
+        memo.ran(sim, result, clean)
+        on_result(result)
+
+    run_sims(jobs(), done)
+    return None if memo is None else memo.stats
 
 
 def run_one(

@@ -216,7 +216,7 @@ class Sim(Scheduler, Findings, FaultInjection, Preemption, BusyWatch, Liveness, 
 
     def rng(self, purpose: str) -> random.Random:
         """A generator derived from the seed and ``purpose`` (for fakes)."""
-        return SeededOnFirstUse(f"dst/{self.seed}/{purpose}")
+        return SeededOnFirstUse(f"dst/{self._seed}/{purpose}")
 
     @property
     def now(self) -> float:

@@ -248,7 +248,7 @@ def generator(kind: str) -> random.Random:
     key = (name, number, kind)
     rng: random.Random | None = rngs.get(key)
     if rng is None:
-        rng = rngs[key] = SeededOnFirstUse(f"dst/{sim.seed}/{name}/{number}/outside/{kind}")
+        rng = rngs[key] = SeededOnFirstUse(f"dst/{sim._seed}/{name}/{number}/outside/{kind}")
     return rng
 
 
@@ -385,7 +385,8 @@ def _per_incarnation(kind: str, make: Callable[[SeededOnFirstUse], int]) -> int:
     key = (name, number, kind)
     value = kept.get(key)
     if value is None:
-        value = kept[key] = make(SeededOnFirstUse(f"dst/{sim.seed}/{name}/{number}/outside/{kind}"))
+        text = f"dst/{sim._seed}/{name}/{number}/outside/{kind}"
+        value = kept[key] = make(SeededOnFirstUse(text))
     return int(value)
 
 

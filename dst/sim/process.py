@@ -162,7 +162,7 @@ class Process:
             _CLOCK,  # clock
             SimTransport(sim, inc),  # net
             SimServices(sim, inc),  # services
-            SeededOnFirstUse(f"dst/{sim.seed}/{self.name}/{inc.number}"),  # rng
+            SeededOnFirstUse(f"dst/{sim._seed}/{self.name}/{inc.number}"),  # rng
             stores,  # stores
         )
         sim._envs.append(env)

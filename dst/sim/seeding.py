@@ -81,13 +81,21 @@ class SeededOnFirstUse(random.Random):
         return self.__reduce__()
 
 
+#: Generators seeded from their text on first use, in this process so far: a run that
+#: leaves this count as it found it drew nothing from its seed but through its
+#: strategy (``dst.runner.paths``).
+first_draws = 0
+
+
 def _become_seeded(rng: random.Random) -> None:
     """Seed ``rng`` from its text (if not yet) and make it a plain ``random.Random``.
 
     A module function, not a method: a method bound before the first draw
     (``_randbelow`` binds ``getrandbits``) may still be called after it.
     """
+    global first_draws
     text = rng.__dict__.pop("_text", None)
     rng.__class__ = random.Random
     if text is not None:
+        first_draws += 1
         _seed_from_text(rng, text)

@@ -53,12 +53,13 @@ class SimState:
         "_coverage", "_deadline_task", "_doom_watch", "_doomed", "_end_checks", "_envs",
         "_eventually", "_faults_end", "_held", "_hold_watch", "_incarnation_of", "_invariants",
         "_keeper", "_label_owner", "_link_drops", "_link_dups", "_more_faults", "_nursery",
-        "_parked", "_pending", "_process_crashes", "_releasing", "_said", "_service_faults",
-        "_slow_timers", "_spin_counts", "_spinning", "_starting", "_stopping", "_suffers",
+        "_parked", "_pending", "_process_crashes", "_releasing", "_said", "_seed",
+        "_service_faults", "_slow_timers", "_spin_counts", "_spinning", "_starting", "_stopping",
+        "_suffers",
         "_task_labels", "_waiting", "_watch", "_watched", "_watches", "calm_at", "crashed",
         "crashes_left", "cut_off", "divergence", "drops_left", "dups_left", "ended", "error",
         "faults", "max_steps", "net", "partitions_left", "preemptions_left", "processes", "records",
-        "seed", "services", "slow_left", "step", "stores", "strategy", "violated",
+        "services", "slow_left", "step", "stores", "strategy", "violated",
     )
 
     #: The run's simulated TCP network (``dst.sim.sockets``), made when a process
@@ -77,6 +78,19 @@ class SimState:
     #: the first: ``dst.sim.aio``); a held driver stands for its ready callbacks.
     _loops: dict[ll.Task, SimLoop] | None = None
 
+    #: Whether anything asked the run for its seed (``seed``).  A run that never did
+    #: drew nothing from it but through its strategy and its seeded generators
+    #: (``dst.sim.seeding.first_draws`` counts those): its story is then a function
+    #: of its decisions alone, which ``dst.runner.paths`` relies on.
+    seed_read = False
+
+    @property
+    def seed(self) -> int:
+        """The run's seed.  Reading it (a setup that seeds a generator of its own
+        from it, say) marks the run as one whose story may depend on it."""
+        self.seed_read = True
+        return self._seed
+
     def __init__(
         self,
         seed: int,
@@ -85,7 +99,7 @@ class SimState:
         faults: FaultPlan = NO_FAULTS,
         max_steps: int = DEFAULT_MAX_STEPS,
     ) -> None:
-        self.seed = seed
+        self._seed = seed
         self.strategy = strategy
         self.faults = faults
         self.max_steps = max_steps

@@ -1,0 +1,302 @@
+"""A seed whose decisions an earlier seed took is answered with that run (``dst.runner.paths``):
+its result and trace are the ones running it gives, byte for byte; a run that drew from its
+seed any other way is never reused; code that keeps state between runs turns the reuse off."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+from click.testing import CliRunner
+
+from dst import Env, FaultPlan, Scenario, Sim
+from dst.cli import main
+from dst.explore.strategies import explore
+from dst.runner.paths import WARMUP, MemoStats
+from dst.runner.single import RunResult, run_seeds
+from scenarios import counter
+
+log = structlog.get_logger()
+
+# -- scenarios with few schedules ---------------------------------------------------------
+
+lost = Scenario("memo_lost", doc="two tasks read a counter, yield, write it plus one")
+
+
+@dataclass
+class Tally:
+    value: int = 0
+    done: int = 0
+
+
+async def _increment(env: Env, tally: Tally, draw: bool) -> None:
+    value = tally.value
+    if draw:
+        env.rng.random()  # drawn, not used: the decisions stay the same
+    await trio.sleep(0)
+    tally.value = value + 1
+    tally.done += 1
+
+
+@lost.setup
+def _lost_setup(sim: Sim, config: dict[str, Any]) -> Tally:
+    tally = Tally()
+    draw = bool(config.get("draw", False))
+    if config.get("read_seed", False):
+        assert sim.seed >= 0
+
+    async def main(env: Env) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_increment, env, tally, draw)
+            nursery.start_soon(_increment, env, tally, draw)
+
+    sim.process("counter", main)
+    return tally
+
+
+@lost.invariant("NoLostIncrement")
+def _no_lost_increment(tally: Tally) -> bool | str:
+    return tally.value >= tally.done or f"counter is {tally.value} after {tally.done}"
+
+
+charge = Scenario("memo_charge", doc="a shop retries a charge over a lossy link",
+                  faults=FaultPlan(max_drops=1))
+
+
+@dataclass
+class Ledger:
+    charges: list[str] = field(default_factory=list)
+
+
+async def _payments(env: Env, ledger: Ledger) -> None:
+    while True:
+        msg = await env.net.recv()
+        ledger.charges.append(str(msg.body))
+        await env.net.send(msg.source, msg.body)
+
+
+async def _shop(env: Env) -> None:
+    for _ in range(3):
+        await env.net.send("payments", "order-1")
+        with trio.move_on_after(2.0):
+            await env.net.recv()
+            return
+
+
+@charge.setup
+def _charge_setup(sim: Sim, config: dict[str, Any]) -> Ledger:
+    ledger = Ledger()
+    sim.process("payments", lambda env: _payments(env, ledger), crashable=False)
+    sim.process("shop", _shop, crashable=False)
+    return ledger
+
+
+@charge.invariant("ChargedOnce")
+def _charged_once(ledger: Ledger) -> bool | str:
+    return ledger.charges.count("order-1") <= 1 or "charged twice"
+
+
+#: Runs of ``leaky`` so far in this process: a module global the code under test keeps.
+LEAKED = [0]
+leaky = Scenario("memo_leaky", doc="tells how many runs came before it")
+
+
+@leaky.setup
+def _leaky_setup(sim: Sim, config: dict[str, Any]) -> None:
+    LEAKED[0] += 1
+    told = LEAKED[0]
+
+    async def main(env: Env) -> None:
+        await trio.sleep(0)
+        log.info("runs so far", n=told)
+
+    sim.process("p", main)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def outcomes(scenario: Scenario, seeds: int, reuse: bool = True, strategy: Any = None,
+             **config: Any) -> tuple[list[tuple[Any, ...]], MemoStats | None]:
+    """Every seed's result, as the reports and trace files see it, and the memo's account."""
+    got: list[tuple[Any, ...]] = []
+
+    def keep(r: RunResult) -> None:
+        got.append((r.seed, r.verdict, r.violated, r.steps, r.virtual_time, r.ended,
+                    r.sim.seed, r.trace().text()))
+
+    cfg = {**scenario.default_config(), **config}
+    extra = {} if strategy is None else {"strategy": strategy}
+    stats = run_seeds(scenario, cfg, range(seeds), keep, reuse=reuse, **extra)
+    return got, stats
+
+
+def reused_seeds(scenario: Scenario, seeds: int) -> set[int]:
+    reused: set[int] = set()
+    run_seeds(scenario, scenario.default_config(), range(seeds),
+              lambda r: reused.add(r.seed) if r.reused else None, reuse=True)
+    return reused
+
+
+# -- what is reused is what running gives -------------------------------------------------
+
+
+def test_a_reused_seed_has_the_result_and_trace_running_it_gives() -> None:
+    for scenario in (lost, charge):
+        every, none = outcomes(scenario, 400, reuse=False)
+        reusing, stats = outcomes(scenario, 400)
+        assert none is None
+        assert reusing == every, scenario.name
+        assert stats is not None and stats.disagreement is None
+        # Few schedules (each run twice: once recorded, once confirmed), the rest reused.
+        assert stats.reused == 400 - stats.ran and stats.ran <= 2 * stats.paths + 5
+        assert stats.reused > 300
+
+
+def test_a_schedule_stands_for_others_only_once_a_second_seed_confirmed_it() -> None:
+    reused = reused_seeds(lost, 200)
+    firsts: dict[str, list[int]] = {}
+
+    def keep(r: RunResult) -> None:
+        key = repr([rec for rec in r.sim.records if rec[0] == "decision"])
+        firsts.setdefault(key, []).append(r.seed)
+
+    run_seeds(lost, lost.default_config(), range(200), keep, reuse=False)
+    for seeds in firsts.values():
+        assert not reused & set(seeds[:2])  # the first two of each schedule ran
+        assert set(seeds[2:]) <= reused
+
+
+def test_a_run_that_draws_from_its_seed_is_never_reused() -> None:
+    every, _ = outcomes(lost, 150, reuse=False, draw=True)
+    reusing, stats = outcomes(lost, 150, draw=True)
+    assert reusing == every
+    assert stats is not None and (stats.reused, stats.paths) == (0, 0)
+
+
+def test_a_setup_that_reads_the_seed_is_never_reused() -> None:
+    every, _ = outcomes(lost, 150, reuse=False, read_seed=True)
+    reusing, stats = outcomes(lost, 150, read_seed=True)
+    assert reusing == every
+    assert stats is not None and (stats.reused, stats.paths) == (0, 0)
+
+
+def test_state_kept_between_runs_stops_the_reuse_and_every_seed_runs() -> None:
+    LEAKED[0] = 0
+    every, _ = outcomes(leaky, 40, reuse=False)
+    LEAKED[0] = 0
+    reusing, stats = outcomes(leaky, 40)
+    assert reusing == every
+    assert stats is not None and stats.reused == 0 and not stats.on
+    assert stats.disagreement is not None
+    assert "took the same decisions but their records differ" in stats.disagreement
+    assert "--check-determinism" in stats.disagreement
+
+
+def test_a_scenario_of_many_schedules_gives_it_up_and_runs_every_seed() -> None:
+    every, _ = outcomes(counter.scenario, 3 * WARMUP, reuse=False)
+    reusing, stats = outcomes(counter.scenario, 3 * WARMUP)
+    assert reusing == every
+    assert stats is not None and not stats.on and stats.disagreement is None
+
+
+def test_seeds_run_through_the_api_all_run_unless_reuse_is_asked() -> None:
+    ran: list[int] = []
+    original = lost._setup
+    assert original is not None
+
+    def counted(sim: Sim, config: dict[str, Any]) -> Any:
+        ran.append(1)
+        return original(sim, config)
+
+    lost.setup(counted)
+    try:
+        assert run_seeds(lost, lost.default_config(), range(100), lambda r: None) is None
+        assert len(ran) == 100
+        stats = run_seeds(lost, lost.default_config(), range(100), lambda r: None,
+                          reuse=True)
+        assert stats is not None and len(ran) == 100 + stats.ran < 200
+    finally:
+        lost.setup(original)
+
+
+def test_only_the_plain_random_walk_is_reused() -> None:
+    how = explore("pct:d=2,k=20", lost, lost.default_config())
+    every, _ = outcomes(lost, 60, reuse=False, strategy=how.strategy)
+    pct, stats = outcomes(lost, 60, strategy=how.strategy)
+    assert pct == every and stats is None
+
+
+# -- dst run ------------------------------------------------------------------------------
+
+
+LOST_FILE = """
+import trio
+from dst import Scenario
+
+scenario = Scenario("lost", doc="two tasks read a counter, yield, write it plus one")
+
+
+@scenario.setup
+def setup(sim, config):
+    tally = {"value": 0, "done": 0}
+
+    async def increment():
+        value = tally["value"]
+        await trio.sleep(0)
+        tally["value"] = value + 1
+        tally["done"] += 1
+
+    async def main(env):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(increment)
+            nursery.start_soon(increment)
+
+    sim.process("counter", main)
+    return tally
+
+
+@scenario.invariant("NoLostIncrement")
+def no_lost_increment(tally):
+    return tally["value"] >= tally["done"] or "an increment was lost"
+"""
+
+
+def dst_run(tmp_path: Path, *args: str, out: str = "out") -> Any:
+    (tmp_path / "lost.py").write_text(LOST_FILE, encoding="utf-8")
+    return CliRunner().invoke(main, ["run", str(tmp_path / "lost.py"), *args, "--workers",
+                                     "1", "--no-shrink", "--out", str(tmp_path / out)])
+
+
+def run_json(tmp_path: Path, *args: str, out: str) -> dict[str, Any]:
+    result = dst_run(tmp_path, *args, "--json", out=out)
+    assert result.exit_code == 1, result.output
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def test_dst_run_reuses_across_its_chunks_and_every_seed_runs_them_all(
+        tmp_path: Path) -> None:
+    reusing = run_json(tmp_path, "--seeds", "1000", out="a")
+    every = run_json(tmp_path, "--seeds", "1000", "--every-seed", out="b")
+    assert every["reused"] == 0
+    # One worker keeps its schedules from chunk to chunk (200 seeds each): only the
+    # first chunk runs the few it meets, twice each.
+    assert reusing["reused"] >= 1000 - 20
+    for key in ("runs", "failed", "by_invariant"):
+        assert reusing[key] == every[key]
+    assert [f["seed"] for f in reusing["failures"]] == [f["seed"] for f in every["failures"]]
+    assert Path(reusing["failures"][0]["trace"]).read_bytes() == \
+        Path(every["failures"][0]["trace"]).read_bytes()
+
+
+def test_dst_run_says_how_many_seeds_an_earlier_run_stood_for(tmp_path: Path) -> None:
+    result = dst_run(tmp_path, "--seeds", "300")
+    assert result.exit_code == 1
+    [line] = [x for x in result.stdout.splitlines() if "earlier seed" in x]
+    assert line.endswith("seeds took the decisions of an earlier seed, whose run "
+                         "(confirmed by a second) stood for theirs (--every-seed runs each)")
