@@ -300,3 +300,37 @@ def test_dst_run_says_how_many_seeds_an_earlier_run_stood_for(tmp_path: Path) ->
     [line] = [x for x in result.stdout.splitlines() if "earlier seed" in x]
     assert line.endswith("seeds took the decisions of an earlier seed, whose run "
                          "(confirmed by a second) stood for theirs (--every-seed runs each)")
+
+
+LEAKY_FILE = """
+import structlog
+import trio
+from dst import Scenario
+
+scenario = Scenario("leaky", doc="tells how many runs came before it in its process")
+RUNS = [0]
+
+
+@scenario.setup
+def setup(sim, config):
+    RUNS[0] += 1
+    told = RUNS[0]
+
+    async def main(env):
+        await trio.sleep(0)
+        structlog.get_logger().info("runs so far", n=told)
+
+    sim.process("p", main)
+"""
+
+
+def test_dst_run_tells_two_runs_of_one_schedule_that_differ_as_nondeterminism(
+        tmp_path: Path) -> None:
+    (tmp_path / "leaky.py").write_text(LEAKY_FILE, encoding="utf-8")
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "leaky.py"), "--seeds", "50",
+                                       "--workers", "1", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 3, result.output
+    [line] = [x for x in result.stdout.splitlines() if x.startswith("NONDETERMINISTIC")]
+    assert line.startswith("NONDETERMINISTIC seed 1: seeds 0 and 1 took the same decisions "
+                           "but their records differ from record ")
+    assert "earlier seed" not in result.stdout  # nothing was reused

@@ -297,9 +297,13 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
       dst run approval --for 8h -x --summary-md bug.md
       dst run counter --seeds 1000000 --shard 2/4 --junit shard-2.xml
 
+    A seed whose decisions an earlier seed took (and a second confirmed) is
+    answered with that run, as the summary says; --every-seed runs each.
+
     Exit status: 0 nothing violated, 1 an invariant violated, 2 bad input,
-    3 a seed did not repeat itself (--check-determinism), 4 the scenario
-    itself is broken, 130 interrupted.
+    3 a seed did not repeat itself (--check-determinism, or two seeds of one
+    schedule told it differently), 4 the scenario itself is broken, 130
+    interrupted.
     """
     from ..cli import _die  # the core, loaded first
     from ..explore import strategies

@@ -38,7 +38,7 @@ from ..scenario import Scenario
 from ..trace.model import current_hash_seed
 from .determinism import comparable, cross_difference, first_difference, other_hash_seeds
 from .groups import BOUNDED_KEPT, GroupBook, KeepPolicy, signature, to_render
-from .paths import PathMemo
+from .paths import MemoStats, PathMemo
 from .single import RunResult, run_seeds
 from .workers import (
     SEED_TIMEOUT,
@@ -277,6 +277,15 @@ def _run_pass(scenario: Scenario, ref: str, config: Mapping[str, Any], seeds: It
     return results
 
 
+def _disagreement(outcomes: list[SeedOutcome], stats: MemoStats) -> list[SeedOutcome]:
+    """The outcomes, the seed whose run showed the memo two runs of one schedule that
+    differ told as a seed that did not repeat itself (``--check-determinism``'s report)."""
+    if stats.disagreement is None:
+        return outcomes
+    return [replace(o, nondeterminism=stats.disagreement) if o.seed == stats.disagreed_at
+            else o for o in outcomes]
+
+
 def run_chunk(
     scenario_ref: str, config: Mapping[str, Any], seeds: list[int],
     check_determinism: bool = False, *, beat: Beat | None = None, strategy: str = "random",
@@ -296,12 +305,16 @@ def run_chunk(
     """
     scenario = load(scenario_ref)
     if not check_determinism:
+        told = isinstance(reuse, PathMemo) and reuse.stats.disagreement is not None
         kept = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy, _passed,
                          reuse)
         for r in kept:
             if isinstance(r, RunResult):
                 r.scenario_file = scenario_file
-        return _outcomes(kept, keep)
+        outcomes = _outcomes(kept, keep)
+        if isinstance(reuse, PathMemo) and not told:
+            return _disagreement(outcomes, reuse.stats)
+        return outcomes
     first = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy)
     for r in first:
         r.scenario_file = scenario_file

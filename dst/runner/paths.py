@@ -104,6 +104,8 @@ class MemoStats:
     paths: int = 0
     #: Why the memo stopped early, if it did: two runs of one schedule that differed.
     disagreement: str | None = None
+    #: The seed whose run showed the disagreement (the later of the two).
+    disagreed_at: int | None = None
     #: Whether it still walks and records.
     on: bool = True
 
@@ -224,17 +226,18 @@ class PathMemo:
         ones (or one ended where the other went on)."""
         was = node.labels if type(node) is _Node else None
         self._stop(f"seed {sim._seed} took the decisions of an earlier seed, then "
-                   f"{_enabled(labels)} where the earlier run had {_enabled(was)}")
+                   f"{_enabled(labels)} where the earlier run had {_enabled(was)}", sim._seed)
 
     def _disagree(self, first: Sim, then: Sim) -> None:
         a, b = _lines(first), _lines(then)
         at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
                   min(len(a), len(b)))
         self._stop(f"seeds {first._seed} and {then._seed} took the same decisions but their "
-                   f"records differ from record {at + 1}")
+                   f"records differ from record {at + 1}", then._seed)
 
-    def _stop(self, why: str) -> None:
+    def _stop(self, why: str, seed: int) -> None:
         self.stats.on = False
+        self.stats.disagreed_at = seed
         self.stats.disagreement = (
             f"{why}: the code under test keeps state between runs or reads something dst "
             "does not control (dst run --check-determinism finds which); every later seed ran")
