@@ -334,3 +334,21 @@ def test_dst_run_tells_two_runs_of_one_schedule_that_differ_as_nondeterminism(
     assert line.startswith("NONDETERMINISTIC seed 1: seeds 0 and 1 took the same decisions "
                            "but their records differ from record ")
     assert "earlier seed" not in result.stdout  # nothing was reused
+
+
+def test_a_chunk_run_alone_keeps_its_own_schedules_and_tells_a_disagreement(
+        tmp_path: Path) -> None:
+    """What a Dask worker runs: one chunk, with a memo of its own."""
+    from dst.runner.bulk import run_chunk
+
+    (tmp_path / "leaky.py").write_text(LEAKY_FILE, encoding="utf-8")
+    told = [o for o in run_chunk(str(tmp_path / "leaky.py"), {}, list(range(20)))
+            if o.nondeterminism]
+    assert [o.seed for o in told] == [1]
+    (tmp_path / "lost.py").write_text(LOST_FILE, encoding="utf-8")
+    outcomes = run_chunk(str(tmp_path / "lost.py"), {}, list(range(200)))
+    assert sum(o.reused for o in outcomes) > 150
+    assert not any(o.nondeterminism for o in outcomes)
+    every = run_chunk(str(tmp_path / "lost.py"), {}, list(range(200)), reuse=False)
+    assert [(o.seed, o.verdict, o.steps, o.trace_text) for o in outcomes] == \
+        [(o.seed, o.verdict, o.steps, o.trace_text) for o in every]

@@ -305,6 +305,8 @@ def run_chunk(
     """
     scenario = load(scenario_ref)
     if not check_determinism:
+        if reuse is True:  # a memo of this chunk's own, so that its disagreement is told
+            reuse = PathMemo()
         told = isinstance(reuse, PathMemo) and reuse.stats.disagreement is not None
         kept = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy, _passed,
                          reuse)
