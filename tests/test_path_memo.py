@@ -4,7 +4,9 @@ seed any other way is never reused; code that keeps state between runs turns the
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from click.testing import CliRunner
 from dst import Env, FaultPlan, Scenario, Sim
 from dst.cli import main
 from dst.explore.strategies import explore
-from dst.runner.paths import WARMUP, MemoStats
+from dst.runner.paths import MAX_KEPT, MAX_PATHS, WARMUP, MemoStats, PathMemo
 from dst.runner.single import RunResult, run_seeds
 from scenarios import counter
 
@@ -352,3 +354,81 @@ def test_a_chunk_run_alone_keeps_its_own_schedules_and_tells_a_disagreement(
     every = run_chunk(str(tmp_path / "lost.py"), {}, list(range(200)), reuse=False)
     assert [(o.seed, o.verdict, o.steps, o.trace_text) for o in outcomes] == \
         [(o.seed, o.verdict, o.steps, o.trace_text) for o in every]
+
+
+# -- what a recorded run keeps ------------------------------------------------------------
+
+#: The worlds ``hoard``'s setup built that are still alive somewhere.
+HOARDS: weakref.WeakSet[Hoard] = weakref.WeakSet()
+hoard = Scenario("memo_hoard", doc="a setup that builds a large world")
+
+
+class Hoard:
+    """A world a setup built: a large fixture the processes and checks read."""
+
+    def __init__(self) -> None:
+        self.blob = bytearray(1_000_000)
+        self.value = 0
+
+
+@hoard.setup
+def _hoard_setup(sim: Sim, config: dict[str, Any]) -> Hoard:
+    world = Hoard()
+    HOARDS.add(world)
+
+    async def bump(env: Env) -> None:
+        value = world.value
+        await trio.sleep(0)
+        world.value = value + 1
+
+    sim.process("a", bump)
+    sim.process("b", bump)
+    return world
+
+
+@hoard.invariant("Small")
+def _small(world: Hoard) -> bool:
+    return world.value <= 2 and len(world.blob) == 1_000_000
+
+
+def test_a_recorded_run_keeps_its_story_not_the_world_its_setup_built() -> None:
+    # A memo keeps a run per schedule for as long as its pass lasts (up to ``MAX_PATHS``):
+    # what it keeps must be the run's records, not a large world built once per run.
+    memo = PathMemo()
+    every, _ = outcomes(hoard, 200, reuse=False)
+    got: list[tuple[Any, ...]] = []
+    run_seeds(hoard, hoard.default_config(), range(200),
+              lambda r: got.append((r.seed, r.verdict, r.steps, r.trace().text())), reuse=memo)
+    assert got == [(seed, verdict, steps, text)
+                   for seed, verdict, _v, steps, _t, _e, _s, text in every]
+    assert memo.stats.paths > 0 and memo.stats.reused > 100
+    gc.collect()
+    assert len(HOARDS) == 0
+
+
+marathon = Scenario("memo_marathon", doc="most runs are short; the rest take thousands of steps")
+
+
+@marathon.setup
+def _marathon_setup(sim: Sim, config: dict[str, Any]) -> None:
+    sim.store("s")
+
+    async def main(env: Env) -> None:
+        if sim.choose("length", ["short", "long"], [9.0, 1.0]) == "long":
+            for i in range(6):
+                sim.choose(f"tail{i}", ["a", "b", "c", "d"])
+            for i in range(5000):
+                await env.store.put("k", i)
+
+    sim.process("p", main, stores=["s"])
+
+
+def test_schedules_of_thousands_of_steps_stop_the_recording_before_memory_runs_out() -> None:
+    # Each long schedule holds over 10,000 records and questions: the memo stops (every
+    # later seed runs) before it holds ``MAX_KEPT``, long before ``MAX_PATHS`` schedules.
+    every, _ = outcomes(marathon, 500, reuse=False)
+    reusing, stats = outcomes(marathon, 500)
+    assert reusing == every
+    assert stats is not None and not stats.on and stats.disagreement is None
+    assert 0 < stats.paths <= MAX_KEPT // 10_000 + 2 < MAX_PATHS
+    assert stats.reused > 0

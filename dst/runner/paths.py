@@ -48,6 +48,9 @@ from ..trace.model import canonical, record_to_dict
 WARMUP = 64
 #: Schedules kept at most (each holds its run: 30-70 KiB for the shipped scenarios).
 MAX_PATHS = 1024
+#: Records and questions kept at most, all schedules together (a few hundred bytes each):
+#: a scenario whose runs take thousands of steps reaches it long before ``MAX_PATHS``.
+MAX_KEPT = 250_000
 
 
 class RecordingWalk(RandomWalk):
@@ -129,6 +132,8 @@ class PathMemo:
         self._root: _Node | _Leaf | None = None
         #: The leaf a seed's walk ended on unconfirmed: its run is compared with it.
         self._checking: dict[int, _Leaf] = {}
+        #: Records and questions the recorded schedules hold (``MAX_KEPT``).
+        self._held = 0
 
     @property
     def on(self) -> bool:
@@ -184,12 +189,16 @@ class PathMemo:
             else:
                 self._disagree(checking.result.sim, sim)
             return
-        if stats.paths >= MAX_PATHS or not stats.paying():
+        walk = sim.strategy
+        assert isinstance(walk, RecordingWalk)
+        size = len(walk.asked) + len(sim.records)
+        if stats.paths >= MAX_PATHS or self._held + size > MAX_KEPT or not stats.paying():
             stats.on = False
             self._root = None
             return
-        assert isinstance(sim.strategy, RecordingWalk)
-        self._insert(sim.strategy.asked, sim, copy.copy(result))
+        self._insert(walk.asked, sim, _kept(result, sim))
+        self._held += size
+        walk.asked = []  # in the tree now: nothing reads it again
 
     def _insert(self, asked: list[tuple[tuple[str, ...], tuple[float, ...] | None, int]],
                 sim: Sim, result: Any) -> None:
@@ -257,6 +266,30 @@ def same_story(a: Sim, b: Sim) -> bool:
 
 def _lines(sim: Sim) -> list[str]:
     return [canonical(record_to_dict(r)) for r in sim.records]
+
+
+#: What a recorded run keeps of its ``Sim``: what is read of the result of a seed it stands
+#: for (its trace's records, plan and bound, its failure signature, how it ended), not the
+#: world its setup built, which its processes, checks and fingerprint hold, and which may be
+#: large: a memo keeps up to ``MAX_PATHS`` runs for as long as its pass lasts.
+_KEPT = ("records", "faults", "max_steps", "_seed", "step", "ended", "error", "divergence",
+         "violated", "strategy")
+#: The types of what a run's ``__dict__`` holds that a kept run keeps (a ``@dst.test``'s
+#: skip reason, whether the run read its seed): values, never the world.
+_VALUES = (str, int, float, bool, type(None))
+
+
+def _kept(result: Any, sim: Sim) -> Any:
+    """A copy of ``result`` (of the run ``sim``) holding only what a reuse of it reads."""
+    kept = Sim.__new__(type(sim))
+    for name in _KEPT:
+        setattr(kept, name, getattr(sim, name))
+    for name, value in sim.__dict__.items():
+        if type(value) in _VALUES:
+            kept.__dict__[name] = value
+    out = copy.copy(result)
+    out.sim = kept
+    return out
 
 
 def reuse(result: Any, seed: int) -> Any:
