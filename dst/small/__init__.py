@@ -34,7 +34,7 @@ only when every seed it ran did, else it passed or failed on the others.
 
 ``@dst.test(runtime="asyncio")`` runs the body as the main of an asyncio process
 (``dst.sim.aio``); a body that awaits the other runtime's primitives is refused in
-one line (:func:`_misused`), not reported as a finding.
+one line (:func:`dst.small.body._misused`), not reported as a finding.
 
 What the decorator returns is a plain function of no arguments: pytest collects
 and calls it like any other test (no trio or anyio plugin is involved).  It runs
@@ -43,7 +43,7 @@ failing one, with that run's story and the one command that replays it; the
 trace is written under ``traces/failures/`` as ``MODULE.NAME-SEED.jsonl`` (two
 files may each hold a ``test_x``).  A seed that takes more than ``seed_timeout``
 wall-clock seconds (a loop without ``await``) is stopped from another thread
-(:class:`_Watchdog`), and the test fails naming it.  The trace header records the
+(:class:`dst.small.watchdog._Watchdog`), and the test fails naming it.  The trace header records the
 test's file, so ``dst replay TRACE`` finds the test alone; ``--scenario
 path/to/test_file.py::test_name`` names it explicitly.
 
@@ -51,38 +51,41 @@ The message a violation records must read the same in ``dst replay`` as under
 pytest, which rewrites ``assert`` statements to explain them
 (``assert 1 == 2``): so the trace holds the first line of the assertion's own
 message, or, for a bare ``assert``, the statement's source, and pytest's
-explanation is printed beside the story, not recorded.
+explanation is printed beside the story, not recorded
+(:func:`dst.small.assertion.assertion_message`).
+
+This package is the decorator and what it makes of a test's seeds; one run of
+the body is :mod:`dst.small.body`, the seed timeout :mod:`dst.small.watchdog`,
+and a failed assertion's message :mod:`dst.small.assertion`.
 """
 
 from __future__ import annotations
 
-import ast
-import ctypes
 import inspect
-import linecache
 import os
 import sys
-import threading
-from collections.abc import Callable, Coroutine, Iterable
-from types import TracebackType
-from typing import Any, overload
+from collections.abc import Callable, Iterable
+from typing import overload
 
-from .errors import DstError, UsageError
-from .registry import shown_path
-from .scenario import Scenario
-from .sim.faults import NO_FAULTS, FaultPlan
-from .sim.kernel import Sim
-from .sim.state import DEFAULT_MAX_STEPS
+from ..errors import DstError, UsageError
+from ..registry import shown_path
+from ..scenario import Scenario
+from ..sim.faults import NO_FAULTS, FaultPlan
+from ..sim.state import DEFAULT_MAX_STEPS
+from .assertion import assertion_message as assertion_message
+from .body import PROCESS as PROCESS
+from .body import SKIPPED as SKIPPED
+from .body import STORE as STORE
+from .body import TestBody, _leaf, _Outcome, _reason, _Setup
+from .body import skip_reason as skip_reason
+from .body import xfail_reason as xfail_reason
+from .watchdog import _SeedTimedOut, _Watchdog
 
 __all__ = ["ASSERT", "DEFAULT_SEEDS", "PARAMETERS", "PROCESS", "RUNTIMES", "SEED_TIMEOUT",
            "STORE", "UNFINISHED", "test"]
 
 #: Seeds a test runs when it does not say (as many as ``check_seeds`` runs).
 DEFAULT_SEEDS = 500
-#: The name of the process the body runs as, in stories and traces.
-PROCESS = "test"
-#: The durable store ``env.store`` is (``env.stores["main"]``).
-STORE = "main"
 #: The violation a failing ``assert`` is.
 ASSERT = "assert"
 #: Wall-clock seconds a seed may take when pytest runs a test (``dst run``'s default
@@ -99,8 +102,6 @@ PARAMETERS = {
     "env": "the dst.Env of the simulated process the body runs as",
     "faults": "the FaultPlan the run is under",
 }
-
-TestBody = Callable[..., Coroutine[Any, Any, object]]
 
 
 @overload
@@ -201,7 +202,7 @@ class _Settings:
             os.path.splitext(os.path.basename(filename))[0]
 
         def run() -> None:
-            from .testing import SeedFailed, check_seeds  # loaded when a test runs
+            from ..testing import SeedFailed, check_seeds  # loaded when a test runs
 
             ref = f"{shown_path(filename)}::{name}"
             setup.explained.clear()
@@ -267,13 +268,6 @@ def partly_skipped() -> list[str]:
     return list(_PARTLY_SKIPPED)
 
 
-def _leaf(exc: BaseException) -> BaseException:
-    """The first exception of ``exc``'s groups, however deep (``exc`` itself if none)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def _named(fn: object) -> str:
     name = getattr(fn, "__name__", None)
     kind = "a plain function" if inspect.isfunction(fn) else type(fn).__name__
@@ -319,311 +313,3 @@ def _fail(message: str) -> None:
     if runner is not None:
         runner.fail(message, pytrace=False)
     raise AssertionError(message)
-
-
-class _SeedTimedOut(KeyboardInterrupt):
-    """Raised in the test's thread by :class:`_Watchdog`: a seed ran past its timeout.
-
-    A ``KeyboardInterrupt``, so that it leaves the run as Ctrl-C does: a process's
-    other exceptions are findings the run carries on after.
-    """
-
-
-#: Wakes of the watchdog per timeout: how late past it a stuck seed may be stopped.
-_TICKS = 4
-
-
-class _Watchdog:
-    """A thread that stops a seed running longer than ``timeout`` wall-clock seconds.
-
-    A loop without ``await`` never hands the scheduler a decision, so nothing in the
-    simulation can stop it (and nothing there reads the wall clock).  ``dst run``
-    stops such a seed's worker process; a test runs its seeds in pytest's own
-    process, so this thread raises :class:`_SeedTimedOut` in the test's thread
-    instead (``PyThreadState_SetAsyncExc``: delivered between two bytecodes of the
-    loop).  The run it interrupts is abandoned: the test fails naming the seed.
-    A seed is seen to start by its setup (``_Setup.started``), so the thread wakes
-    four times a ``timeout`` and costs the seeds nothing: a seed is stopped between
-    one and one and a quarter ``timeout`` after it started, and again a ``timeout``
-    later if the first stop was caught on its way (by code under test, say).
-    """
-
-    def __init__(self, setup: _Setup, timeout: float) -> None:
-        self.setup = setup
-        self.timeout = timeout
-        self.target = threading.get_ident()
-        self.lock = threading.Lock()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._watch, name="dst-seed-timeout",
-                                       daemon=True)
-
-    def __enter__(self) -> _Watchdog:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with self.lock:  # no stop is raised once the seeds are done
-            self.done.set()
-        self.thread.join()
-
-    def _watch(self) -> None:
-        seen, ticks = self.setup.started, 0
-        while not self.done.wait(self.timeout / _TICKS):
-            with self.lock:
-                if self.done.is_set():
-                    return
-                if self.setup.started != seen:
-                    seen, ticks = self.setup.started, 0
-                    continue
-                ticks += 1
-                if ticks == _TICKS:  # the same seed for a whole timeout at least
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                        ctypes.c_ulong(self.target), ctypes.py_object(_SeedTimedOut))
-                    ticks = 0
-
-
-# -- one run -----------------------------------------------------------------------------
-
-
-class _Outcome:
-    """The world of one run: the failed assertion's message, once the body raised it,
-    and whether the body has finished."""
-
-    def __init__(self, sim: Sim, bound: int) -> None:
-        self.failed: str | None = None
-        #: The one line saying the body used the wrong runtime (raised by ``check``).
-        self.misused: str | None = None
-        self.done = False
-        self.sim = sim
-        #: The test's own step bound (``@dst.test(max_steps=...)``).
-        self.bound = bound
-
-    def check(self) -> bool | str:
-        if self.misused is not None:  # no finding: the test is written wrong
-            raise UsageError(self.misused)
-        return True if self.failed is None else self.failed
-
-    def finished(self) -> bool | str:
-        """``Unfinished``: the body still running when the run reaches the test's bound.
-
-        Checked before every decision, so it speaks just before the kernel would cut
-        the run.  A run under another bound (``dst explore --max-steps``) is cut by
-        that bound as any scenario's run is.
-        """
-        sim = self.sim
-        if self.done or sim.step < self.bound or sim.max_steps != self.bound:
-            return True
-        return (f"the test body had not finished after {self.bound:,} steps, the test's "
-                "bound: make the body finish (a loop that never ends? a task never "
-                "cancelled?), or raise @dst.test(max_steps=...)")
-
-
-class _Setup:
-    """``setup(sim, config)`` of a test's scenario: the body as the process ``test``.
-
-    A callable object rather than a closure so that it can carry the body's module
-    and code: the scenario's *origin*, which decides which code is the user's
-    (``Scenario.user_code``) as for a scenario written in the test's module.
-    """
-
-    def __init__(self, fn: TestBody, asked: frozenset[str], bound: int,
-                 runtime: str = "trio") -> None:
-        self.fn = fn
-        self.asked = asked
-        self.bound = bound
-        self.runtime = runtime
-        #: Seed -> the failed assertion's full text (pytest's explanation, not recorded).
-        self.explained: dict[int, str] = {}
-        #: Seed -> the ``pytest.skip()`` (or ``pytest.xfail()``) its body called.
-        self.skipped: dict[int, BaseException] = {}
-        #: Seeds started so far, and the last one (read by :class:`_Watchdog`).
-        self.started = 0
-        self.seed = 0
-        self.__module__ = fn.__module__
-        self.__code__ = fn.__code__
-
-    def __call__(self, sim: Sim, config: dict[str, Any]) -> _Outcome:
-        outcome = _Outcome(sim, self.bound)
-        plan, seed = sim.faults, sim.seed
-        self.started += 1
-        self.seed = seed
-        fn, asked, explained = self.fn, self.asked, self.explained
-
-        async def main(env: Any) -> None:
-            given = {"env": env, "faults": plan}
-            try:
-                await fn(**{k: v for k, v in given.items() if k in asked})
-            except BaseException as exc:  # an assertion, however deep in task groups
-                leaf = _leaf(exc)
-                if isinstance(leaf, _SeedTimedOut):
-                    raise leaf from None  # the run is abandoned: out of the kernel at once
-                if _is_skip(leaf):
-                    self.skipped.setdefault(seed, leaf)
-                    _skipped(sim, leaf)
-                    return
-                if _awaited_other_runtime(leaf, self.runtime):
-                    outcome.misused = _misused(fn.__name__, leaf, self.runtime)
-                    return
-                if not isinstance(leaf, AssertionError) and not _is_fail(leaf):
-                    raise
-                outcome.failed = assertion_message(leaf)
-                explained[seed] = str(leaf)
-            finally:
-                outcome.done = True
-
-        sim.process(PROCESS, main, stores=[STORE], runtime=self.runtime)
-        return outcome
-
-
-def _is_skip(exc: BaseException) -> bool:
-    """``pytest.skip()`` or ``pytest.xfail()``: the seed tested nothing."""
-    runner = sys.modules.get("pytest")
-    return runner is not None and isinstance(exc, (runner.skip.Exception,
-                                                   runner.xfail.Exception))
-
-
-def _is_fail(exc: BaseException) -> bool:
-    """``pytest.fail(msg)``: a failed test, as a failed ``assert`` is (not an xfail)."""
-    runner = sys.modules.get("pytest")
-    return runner is not None and isinstance(exc, runner.fail.Exception) and not \
-        isinstance(exc, runner.xfail.Exception)
-
-
-#: What trio says when a task awaits something of another event loop's (asyncio's).
-_FOREIGN = "trio.run received unrecognized yield message"
-#: What asyncio says when a task awaits something of another event loop's (trio's).
-_BAD_YIELD = "Task got bad yield: "
-
-
-def _awaited_other_runtime(exc: BaseException, runtime: str) -> bool:
-    """Whether ``exc`` is trio refusing what an asyncio awaitable yielded, or asyncio
-    refusing one of trio's traps."""
-    if runtime == "trio":
-        return isinstance(exc, TypeError) and str(exc).startswith(_FOREIGN)
-    if not isinstance(exc, RuntimeError) or not str(exc).startswith(_BAD_YIELD):
-        return False
-    tb = exc.__traceback__  # thrown in where trio's trap yielded: trio's frames
-    while tb is not None:
-        if str(tb.tb_frame.f_globals.get("__name__", "")).partition(".")[0] == "trio":
-            return True
-        tb = tb.tb_next
-    return False
-
-
-def _misused(name: str, exc: BaseException, runtime: str) -> str:
-    """One line: the body awaited the other runtime, and how to write the test."""
-    if runtime == "trio":
-        return (f"{name}: the test body awaited asyncio{_where(exc)}, which a trio test "
-                'cannot run; write @dst.test(runtime="asyncio") and make the body '
-                "asyncio code")
-    return (f"{name}: the test body awaited trio{_where(exc)}, which an asyncio test "
-            'cannot run; drop runtime="asyncio" (a trio test) or make the body asyncio code')
-
-
-def _where(exc: BaseException) -> str:
-    """`` at FILE:LINE in FUNCTION``: the user's innermost frame of ``exc``, if any."""
-    from .sim.blocked import user_frames
-
-    frames = user_frames(_without_libraries(exc.__traceback__))
-    return f" at {frames[-1]}" if frames else ""
-
-
-def _reason(exc: BaseException) -> str:
-    """The reason ``pytest.skip(reason)`` gave (``xfail: reason`` for ``pytest.xfail``)."""
-    reason = str(getattr(exc, "msg", None) or exc).strip().partition("\n")[0]
-    runner = sys.modules.get("pytest")
-    if runner is not None and isinstance(exc, runner.xfail.Exception):
-        return f"{_XFAIL}: {reason}" if reason else _XFAIL
-    return reason or "skipped"
-
-
-#: How the reason of a seed whose body called ``pytest.xfail()`` reads: ``xfail: reason``.
-_XFAIL = "xfail"
-
-
-def xfail_reason(reason: str) -> str | None:
-    """What ``pytest.xfail(reason)`` gave, from a seed's skip reason (``"xfail: reason"``;
-    ``""`` when it gave none); None when the body called ``pytest.skip()``."""
-    if reason == _XFAIL:
-        return ""
-    head, colon, rest = reason.partition(": ")
-    return rest if colon and head == _XFAIL else None
-
-
-#: The event a run records when its body calls ``pytest.skip()``, and the attribute
-#: of the run that holds the skip's reason (read by :func:`skip_reason`).
-SKIPPED = "skipped"
-_REASON = "dst_skip_reason"
-
-
-def _skipped(sim: Sim, exc: BaseException) -> None:
-    """Record that the body skipped: an event of the process ``test`` with the reason
-    (``dst show`` tells it), and the reason on the run, for ``dst run`` to count the
-    seed as skipped rather than passed (it tested nothing)."""
-    reason = _reason(exc)
-    sim.event(PROCESS, SKIPPED, {"reason": reason})
-    setattr(sim, _REASON, reason)
-
-
-def skip_reason(sim: Sim) -> str | None:
-    """Why the body of a ``@dst.test`` skipped in the run ``sim`` (``pytest.skip(reason)``),
-    or None when it did not."""
-    reason = sim.__dict__.get(_REASON)
-    return reason if isinstance(reason, str) else None
-
-
-def assertion_message(exc: BaseException) -> str:
-    """What a run records of a failed assertion: the same under pytest's rewriting as without.
-
-    The first line of the assertion's own message when it has one, else the
-    ``assert`` statement's source, then where it failed (``file:line in
-    function``, the user's innermost frame).
-    """
-    from .sim.blocked import user_frames
-
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    node = _assert_at(tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else None
-    if node is not None and node.msg is None:
-        source = "".join(linecache.getlines(tb.tb_frame.f_code.co_filename)) if tb else ""
-        test = ast.get_source_segment(source, node.test) or "..."
-        text = f"assert {' '.join(test.split())}"
-    else:
-        text = str(exc).strip().partition("\n")[0] or (
-            "AssertionError" if isinstance(exc, AssertionError) else "pytest.fail()")
-    frames = user_frames(_without_libraries(exc.__traceback__))
-    return f"{text} ({frames[-1]})" if frames else text
-
-
-#: Packages whose frames a failure is not told at: ``pytest.fail()`` raises in pytest's,
-#: and what trio refuses of asyncio is raised in asyncio's.
-_NOT_USERS = ("pytest", "_pytest", "asyncio")
-
-
-def _without_libraries(tb: TracebackType | None) -> TracebackType | None:
-    """``tb`` without the frames of :data:`_NOT_USERS`: the failure is told at the
-    user's line."""
-    kept = []
-    while tb is not None:
-        if str(tb.tb_frame.f_globals.get("__name__", "")).partition(".")[0] not in _NOT_USERS:
-            kept.append(tb)
-        tb = tb.tb_next
-    out = None
-    for t in reversed(kept):
-        out = TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
-    return out
-
-
-def _assert_at(filename: str, line: int) -> ast.Assert | None:
-    """The innermost ``assert`` statement of ``filename`` that spans ``line``, if any."""
-    source = "".join(linecache.getlines(filename))
-    if not source or not os.path.basename(filename).endswith(".py"):
-        return None
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    found = [n for n in ast.walk(tree) if isinstance(n, ast.Assert)
-             and n.lineno <= line <= (n.end_lineno or n.lineno)]
-    return min(found, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if found else None
