@@ -11,7 +11,7 @@ out.  So :func:`why` states them, a line each, to be told just before the
 violation (``dst/trace/render.py`` puts them there), together with the faults
 the run injected before it, which in a long story have scrolled far above.
 
-The facts come from :func:`dst.trace.perfetto.timeline`, the same inference the
+The facts come from :func:`dst.trace.timeline.timeline`, the same inference the
 HTML page draws, cut at the first violation:
 
 - **never delivered**: a message sent before the violation and still in flight
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .model import Trace
-from .perfetto import Arrow, Span, Timeline, timeline
 from .render import fields, format_time
+from .timeline import Arrow, Span, Timeline, timeline
 
 #: Messages, and parked waits, listed one a line before "and N more": three show the
 #: pattern (a request, its retry, the reply) without pushing the violation off a screen.

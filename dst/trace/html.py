@@ -7,7 +7,7 @@ script only scrolls: on open, the violation into view (the lanes to its column,
 the decisions beside to its record); on a link to a folded record, its fold
 open.  Without it the page is whole, and the headline links to the violation.
 It is drawn on the
-server side as SVG from :func:`dst.trace.perfetto.timeline`: a lane per actor,
+server side as SVG from :func:`dst.trace.timeline.timeline`: a lane per actor,
 grouped by process; messages as arrows from send to delivery (drops, losses
 and duplicates marked); crash and partition bands over a process; the waits of
 parked tasks and of timers; service calls with their faults; the violating step
@@ -45,8 +45,8 @@ from .. import __version__
 from .causes import why
 from .escape import visible
 from .model import Trace
-from .perfetto import Arrow, Mark, Span, Timeline, timeline
 from .render import counted, describe, format_time, run_title, shrunk_note
+from .timeline import Arrow, Mark, Span, Timeline, timeline
 
 #: Height of a lane, of the time axis above the lanes, and the columns a time jump adds.
 _LANE_H = 26
