@@ -2,7 +2,8 @@
 reaches plain depth-first search's verdicts and shortest violations.
 
 Plain search runs every interleaving, so the larger approval rows take minutes: they
-run with the soak (``DST_SOAK=1``); one approval row and the small scenarios run always.
+run with the soak (``DST_SOAK=1``), as does every scenario at 14 steps; one approval row to
+the step of its longer shortest violation and the small scenarios run always.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ SHIPPED = ("approval_disclosure", "approval_params", "approval_surface", "replen
 
 
 #: replenish_history's slow timers (its plan's five) make 10 steps a 100 s search of its
-#: own; 8 steps take seconds, and the soak row below takes every scenario to 14.
-SMALL_DEPTH = {"replenish_history": 8}
+#: own, and approval_surface's seven invariants over two turns a 30 s one (37,813 plain
+#: schedules); 8 steps take seconds (506 schedules still cut at the bound), and the soak row
+#: below takes every scenario to 14.
+SMALL_DEPTH = {"replenish_history": 8, "approval_surface": 8}
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -54,6 +57,25 @@ def test_check_reduction_passes_on_every_shipped_scenario_deeper(
     assert "same verdicts and shortest violations" in result.output
 
 
+#: approval with spend_mode=after breaks NoResurrection in 5 steps and AtMostOnce in 11:
+#: searched to 11 steps both violations lie within the bound, one of them on it (5,508 plain
+#: schedules, seconds); unbounded (21,605 plain schedules, 16 deep) it is a soak row below.
+AFTER_LONGEST_SHORTEST = 11
+
+
+def test_check_reduction_passes_on_approval_after_to_its_longer_shortest_violation(
+        tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, [
+        "explore", *APPROVAL, "-c", "spend_mode=after", "-c", "fresh_view=false",
+        "--invariant", "AtMostOnce", "--invariant", "NoResurrection", *NO_FAULTS,
+        "--max-steps", str(AFTER_LONGEST_SHORTEST), "--check-reduction",
+        "--out", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "same verdicts and shortest violations" in result.output
+    assert f"AtMostOnce: VIOLATED, shortest {AFTER_LONGEST_SHORTEST} steps" in result.output
+    assert "NoResurrection: VIOLATED, shortest 5 steps" in result.output
+
+
 @pytest.mark.parametrize("args", [
     pytest.param(("counter", "-c", "cas=false", "-c", "increments=2"), id="counter-blind-put"),
     pytest.param(("counter", "-c", "increments=2"), id="counter-cas"),
@@ -62,7 +84,7 @@ def test_check_reduction_passes_on_every_shipped_scenario_deeper(
     pytest.param(("ping", "-c", "requests=1", "-c", "attempts=2"), id="ping-dedup"),
     pytest.param((*APPROVAL, "-c", "spend_mode=after", "-c", "fresh_view=false",
                   "--invariant", "AtMostOnce", "--invariant", "NoResurrection"),
-                 id="approval-after"),
+                 id="approval-after", marks=soak),
     pytest.param((*APPROVAL, "-c", "spend_mode=before", "-c", "fresh_view=true",
                   "--invariant", "AtMostOnce"), id="approval-before", marks=soak),
     pytest.param((*APPROVAL, "-c", "spend_mode=before", "-c", "serialize=true",
