@@ -85,6 +85,21 @@ def test_everything_is_restored_after_the_run() -> None:
     assert isinstance(time.time(), float)
 
 
+def test_env_rng_reseeded_without_a_seed_draws_the_new_one_from_the_run_not_the_machine(
+        ) -> None:
+    def setup(sim: Sim, _: dict[str, Any]) -> Any:
+        async def reseed(env: Env) -> None:
+            env.rng.seed()  # before any draw: random.Random.seed would read os.urandom
+            await env.store.put("x", env.rng.random())
+
+        sim.process("reseed", reseed, stores=["db"])
+
+    scenario = inline(setup)
+    traces = [[one(scenario, seed).trace().text() for seed in (0, 1)] for _ in range(2)]
+    assert traces[0] == traces[1]  # each seed the same twice
+    assert traces[0][0] != traces[0][1]  # and from its seed
+
+
 def test_seeded_generators_and_env_rng_are_allowed() -> None:
     def setup(sim: Sim, _: dict[str, Any]) -> Any:
         async def fine(env: Env) -> None:

@@ -25,9 +25,12 @@ What keeps it honest:
   random walk, or a fault plan of its own per seed, turns the memo off.
 - A schedule is trusted once two seeds have run it and told the same story: the
   second seed whose walk ends on a recorded run runs for real, and its records
-  are compared with the first's.  Code that keeps state between runs (a module
-  global) or depends on something dst does not control then differs, the memo
-  turns itself off for the rest of the pass, and says why (``disagreement``).
+  are compared with the first's; so are the 4th, 8th, 16th... seeds' to arrive
+  there, so that state a process builds up over many runs is caught too, at a
+  cost of a run per doubling.  Code that keeps state between runs (a module
+  global), records what differs from run to run (an object's address), or
+  depends on something dst does not control then differs, the memo turns
+  itself off for the rest of the pass, and says why (``disagreement``).
 - It gives up, and every later seed runs, when new schedules keep coming (most
   seeds of a large scenario take one of their own): walking costs a little.
 """
@@ -86,13 +89,15 @@ class _Node:
 
 
 class _Leaf:
-    """A recorded run's result: the end of a schedule, and whether a second seed confirmed it."""
+    """A recorded run's result: the end of a schedule, whether a second seed confirmed it,
+    and how many seeds' walks have ended on it since it was recorded."""
 
-    __slots__ = ("confirmed", "result")
+    __slots__ = ("arrivals", "confirmed", "result")
 
     def __init__(self, result: Any) -> None:
         self.result = result
         self.confirmed = False
+        self.arrivals = 0
 
 
 @dataclass
@@ -154,8 +159,11 @@ class PathMemo:
                 return None
             node = got
         assert type(node) is _Leaf
-        if not node.confirmed:
+        node.arrivals = n = node.arrivals + 1
+        if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th... seed to arrive runs, and is compared
             self._checking[seed] = node
+            return None
+        if not node.confirmed:
             return None
         self.stats.reused += 1
         return node.result
@@ -248,8 +256,9 @@ class PathMemo:
         self.stats.on = False
         self.stats.disagreed_at = seed
         self.stats.disagreement = (
-            f"{why}: the code under test keeps state between runs or reads something dst "
-            "does not control (dst run --check-determinism finds which); every later seed ran")
+            f"{why}: the code under test keeps state between runs, records what differs from "
+            "run to run (an object's address, an order by id()) or reads something dst does "
+            "not control (dst run --check-determinism tells more); every later seed ran")
         self._root = None
         self._checking.clear()
 

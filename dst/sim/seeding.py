@@ -72,6 +72,13 @@ class SeededOnFirstUse(random.Random):
         self.setstate(state)
 
     def seed(self, a: Any = None, version: int = 2) -> None:
+        if a is None:
+            # Without an argument ``random.Random.seed`` reads the machine's entropy,
+            # which the guard lets through from here (dst's own frame): the new seed
+            # is drawn from the generator's own stream instead, like any other draw.
+            _become_seeded(self)
+            random.Random.seed(self, self.getrandbits(128), version)
+            return
         self.__dict__.pop("_text", None)
         self.__class__ = random.Random  # type: ignore[assignment]
         self.seed(a, version)
