@@ -1,7 +1,9 @@
-"""Shared fixtures: every test leaves the global random state and structlog as it found them."""
+"""Shared fixtures: every test leaves the global random state and structlog as it found them,
+and the pytest runs tests start in child interpreters skip an unrelated plugin's start-up."""
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Iterator
 
@@ -22,3 +24,22 @@ def _structlog_restored() -> Iterator[None]:
     before = structlog.get_config()
     yield
     structlog.configure(**before)
+
+
+#: langsmith (installed with langgraph) registers a pytest plugin that has no part in any
+#: test here; loading it, and rewriting the asserts of its 227 modules, adds about a second
+#: to every pytest a test starts in a child interpreter (some thirty of them), more where
+#: Python may not cache bytecode.  The child runs inherit this through PYTEST_ADDOPTS.
+CHILD_PYTEST_ADDOPTS = "-p no:langsmith_plugin"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _child_pytest_skips_langsmith() -> Iterator[None]:
+    before = os.environ.get("PYTEST_ADDOPTS")
+    os.environ["PYTEST_ADDOPTS"] = f"{before} {CHILD_PYTEST_ADDOPTS}" if before \
+        else CHILD_PYTEST_ADDOPTS
+    yield
+    if before is None:
+        del os.environ["PYTEST_ADDOPTS"]
+    else:
+        os.environ["PYTEST_ADDOPTS"] = before
