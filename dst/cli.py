@@ -200,13 +200,18 @@ def list_command(scenario_ref: str | None, as_json: bool) -> None:
     """
     from .registry import all_scenarios, listed
 
+    missing: dict[str, str] = {}
     try:  # a file of @dst.test functions: each as FILE.py::NAME
-        named = listed(scenario_ref) if scenario_ref else [(s.name, s) for s in all_scenarios()]
+        named = listed(scenario_ref) if scenario_ref else \
+            [(s.name, s) for s in all_scenarios(missing)]
     except DstError as err:
         _die(err)
     if as_json:
         click.echo(json.dumps({"scenarios": [{**_scenario_json(s), "name": name}
-                                             for name, s in named]}, indent=2))
+                                             for name, s in named],
+                               "unavailable": [{"name": name, "needs": module}
+                                               for name, module in missing.items()]},
+                              indent=2))
         return
     for name, s in named:
         click.echo(f"{name}: {s.doc}")
@@ -224,6 +229,9 @@ def list_command(scenario_ref: str | None, as_json: bool) -> None:
         click.echo(f"    faults: {_faults_text(s)}")
         for b in s.planted_bugs:
             click.echo(f"    planted bug: -c {_config_text(b.config)} breaks {', '.join(b.breaks)}")
+    for name, module in missing.items():
+        click.echo(f"{name}: not here: it imports {module}, which is not installed "
+                   "(pip install 'dst[agents]' installs what the shipped agents use)")
 
 
 def _short(allowed: str) -> str:

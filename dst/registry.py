@@ -306,5 +306,22 @@ def listed(ref: str) -> list[tuple[str, Scenario]]:
     return [(ref if "::" in ref else scenario.name, scenario)]
 
 
-def all_scenarios() -> list[Scenario]:
-    return [_from_module(m, n) for n, m in shipped().items()]
+def all_scenarios(missing: dict[str, str] | None = None) -> list[Scenario]:
+    """Every shipped scenario this environment can import.
+
+    A shipped scenario that needs a library an install left out (the real-SDK
+    agents need ``dst[agents]``) is left out too, and named in ``missing`` with the
+    module it lacks, when given; with no ``missing``, its import error is raised."""
+    out = []
+    for name, module in shipped().items():
+        if missing is not None:
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                if exc.name and exc.name.split(".")[0] not in ("dst", _PACKAGE):
+                    missing[name] = exc.name
+                    continue
+            except Exception:  # told as it is below
+                pass
+        out.append(_from_module(module, name))
+    return out

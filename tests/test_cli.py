@@ -52,6 +52,21 @@ def test_list_json_describes_switches_invariants_and_planted_bugs() -> None:
     assert by_name["counter"]["planted_bugs"][0]["breaks"] == ["NoLostIncrement"]
 
 
+def test_list_names_a_shipped_scenario_whose_library_is_not_installed_and_lists_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "scenarios.agent_openai", raising=False)
+    monkeypatch.setitem(sys.modules, "h11", None)  # as if dst[agents] were not installed
+    listed = invoke("list")
+    assert listed.exit_code == 0, listed.output
+    assert "counter: " in listed.stdout
+    assert "agent_openai: not here: it imports h11, which is not installed (pip install " \
+        "'dst[agents]' installs what the shipped agents use)" in listed.stdout.splitlines()
+    doc = json.loads(invoke("list", "--json").stdout)
+    assert {"name": "agent_openai", "needs": "h11"} in doc["unavailable"]
+    assert "agent_openai" not in {s["name"] for s in doc["scenarios"]}
+    assert "counter" in {s["name"] for s in doc["scenarios"]}
+
+
 def test_list_shows_each_switch_with_its_default_and_allowed_values() -> None:
     result = invoke("list")
     assert result.exit_code == 0
