@@ -52,6 +52,11 @@ def _import(module_name: str, shown: str) -> ModuleType:
         if exc.name is not None and (module_name == exc.name
                                      or module_name.startswith(exc.name + ".")):
             raise UsageError(f"no module {shown} (is it on PYTHONPATH?)") from None
+        if module_name.startswith(_PACKAGE + ".") and exc.name \
+                and exc.name.split(".")[0] not in ("dst", _PACKAGE):
+            raise UsageError(f"scenario {shown} imports {exc.name}, which is not installed: "
+                             "pip install 'dst[agents]' installs what the shipped agents "
+                             "use") from None
         raise _import_failed(shown, exc) from None
     except DstError:
         raise

@@ -67,6 +67,17 @@ def test_list_names_a_shipped_scenario_whose_library_is_not_installed_and_lists_
     assert "counter" in {s["name"] for s in doc["scenarios"]}
 
 
+def test_running_a_shipped_scenario_whose_library_is_not_installed_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "scenarios.agent_openai", raising=False)
+    monkeypatch.setitem(sys.modules, "h11", None)
+    ran = invoke("run", "agent_openai", "--seeds", "1")
+    assert ran.exit_code == 2
+    assert ran.stderr.strip() == ("error: scenario agent_openai imports h11, which is not "
+                                  "installed: pip install 'dst[agents]' installs what the "
+                                  "shipped agents use")
+
+
 def test_list_shows_each_switch_with_its_default_and_allowed_values() -> None:
     result = invoke("list")
     assert result.exit_code == 0
