@@ -26,6 +26,7 @@ from dst.runner.single import run_one
 from dst.testing import check_pinned, check_seeds, pin_trace, read_pin
 from dst.trace.codec import read_trace, write_trace
 from dst.trace.model import Trace
+from tests.conftest import CHILD_PYTEST_ADDOPTS
 
 ROOT = Path(__file__).parent.parent
 COUNTER = ROOT / "traces" / "counter-lost-update.jsonl"
@@ -357,10 +358,12 @@ def test_counter_with_a_blind_put():
 
 
 def _pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A plain pytest in ``project``, none of this session's settings passed on; langsmith's
+    plugin is left out as everywhere in these tests (conftest.CHILD_PYTEST_ADDOPTS)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                           "-rf", *args], cwd=project, capture_output=True, text=True,
-                          check=False, env=env)
+                           *CHILD_PYTEST_ADDOPTS.split(), "-rf", *args], cwd=project,
+                          capture_output=True, text=True, check=False, env=env)
 
 
 @pytest.fixture
