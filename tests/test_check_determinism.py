@@ -46,6 +46,19 @@ def test_check_determinism_reports_the_first_differing_record(tmp_path: Path) ->
     assert '"event":"run number"' in result.output
 
 
+def test_check_determinism_runs_a_seed_twice_in_a_row_so_state_that_cycles_shows(
+        tmp_path: Path) -> None:
+    # Run parity: a chunk run whole and then again pairs runs a chunk (an even count) apart,
+    # whose parities agree; a seed's two runs in a row never do.
+    cycling = LEAKY.replace("n=RUNS[0]", "n=RUNS[0] % 2")
+    path = tmp_path / "scenario.py"
+    path.write_text(cycling)
+    result = CliRunner().invoke(main, ["run", str(path), "--seeds", "20", "--workers", "1",
+                                       "--check-determinism", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 3, result.output
+    assert "determinism: 0 of 20 seeds replayed identically" in result.output
+
+
 def test_check_determinism_passes_a_deterministic_scenario(tmp_path: Path) -> None:
     result = _check(tmp_path, STEADY)
     assert result.exit_code == 0, result.output

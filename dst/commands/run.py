@@ -251,8 +251,9 @@ def _nothing_to_resume(recorder: Recorder, name: str, config: dict[str, Any]) ->
 @click.option("--out", default="traces/failures", show_default=True,
               help="Directory for the kept traces and the results database.")
 @click.option("--check-determinism", is_flag=True,
-              help="Run each seed twice in one process and once more in a process with "
-                   "another hash seed, and report the first record that differs.")
+              help="Run each seed twice in a row in one process and once more in each of "
+                   "two processes under other hash seeds, and report the first record that "
+                   "differs.")
 @click.option("--every-seed", is_flag=True,
               help="Run every seed, even one whose decisions an earlier seed already took "
                    "(by default that run, once a second seed confirmed it, stands for it).")

@@ -161,12 +161,13 @@ def run_chunk(
     keep: KeepPolicy | None = None, scenario_file: str | None = None,
     reuse: bool | PathMemo = True,
 ) -> list[SeedOutcome]:
-    """Run one chunk; with ``check_determinism`` twice, keeping every run's lines.
+    """Run one chunk; with ``check_determinism`` each seed twice in a row, keeping every
+    run's lines.
 
     Every failing outcome carries its signature; its trace text only if ``keep``
     wants it (``keep`` None: every failing and bounded run's trace, as a caller
-    that keeps them all needs).  The second pass runs in the same process right
-    after the first, so a run that depends on what an earlier run left behind (a
+    that keeps them all needs).  A seed's second run comes right after its first,
+    in the same process, so a run that depends on what an earlier run left behind (a
     module global) differs.  ``scenario_file`` goes in the header of every trace
     rendered (``dst.trace.model.scenario_file``, made by the process that was asked).
     Without the check, a seed that takes an earlier seed's decisions is answered with
@@ -186,15 +187,19 @@ def run_chunk(
         if isinstance(reuse, PathMemo) and not told:
             return _disagreement(outcomes, reuse.stats)
         return outcomes
-    first = _run_pass(scenario, scenario_ref, config, seeds, beat, strategy)
+    # Each seed twice in a row, so that what a run leaves behind meets the very next run:
+    # a chunk run whole and then again would pair runs a chunk apart, which state that
+    # cycles (a counter's parity) can line up.  A stop may cut the last pair short: only
+    # the seeds run twice count.
+    both = _run_pass(scenario, scenario_ref, config, [s for s in seeds for _ in (0, 1)], beat,
+                     strategy)
+    first, second = both[0::2], both[1::2]
+    first = first[:len(second)]
     for r in first:
         r.scenario_file = scenario_file
     outcomes = _outcomes(first, keep)
-    second = _run_pass(scenario, scenario_ref, config, [r.seed for r in first], beat,
-                       strategy)
     checked = []
-    # A stop request may cut the second pass short: only the seeds run twice count.
-    for a, b, o in zip(first, second, outcomes, strict=False):
+    for a, b, o in zip(first, second, outcomes, strict=True):
         diff = first_difference(a, b)
         o = replace(o, lines=comparable(a))
         checked.append(o if diff is None else
