@@ -27,6 +27,7 @@ from dst.cli import main
 from dst.errors import UsageError
 from dst.testing import check_pinned, check_seeds
 from dst.trace.codec import read_trace
+from tests.conftest import CHILD_PYTEST_ADDOPTS
 from tests.test_junit_schemas import _both as both_junit_schemas
 
 
@@ -417,7 +418,8 @@ def test_same_named_tests_in_two_files_keep_their_own_traces_and_replay_lines(
 
 def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTHONHASHSEED")}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *CHILD_PYTEST_ADDOPTS.split(), *args],
                           cwd=cwd, capture_output=True, text=True, env=env, timeout=300,
                           check=False)
 
