@@ -337,7 +337,12 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
             if stop is None:
                 raise UsageError("--shard needs a finite range of seeds to split; give "
                                  "--seeds N or --seed-range A:B (with --for too)")
+            whole = (start, stop)
             start, stop = shard_of(start, stop, *shard)
+            if stop <= start:
+                raise UsageError(f"--shard {shard[0]}/{shard[1]} of the {whole[1] - whole[0]:,} "
+                                 f"seeds {whole[0]}..{whole[1] - 1} holds none: split them "
+                                 "into fewer shards, or run more seeds")
         if cluster is not None and workers is not None:
             raise UsageError("--workers counts local processes; with --cluster the "
                              "scheduler's workers run the seeds: drop --workers")
@@ -359,7 +364,8 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
         pct_fallback = None
     run = Invocation(scenario, switches, seeds, one_seed, seed_range, shard, strategy,
                      workers, duration, max_failures, keep, seed_timeout, out,
-                     check_determinism, start, stop, ref, cluster, max_groups)
+                     check_determinism, start, stop, ref, cluster, max_groups, every_seed,
+                     shrink)
     # From here until the workers are gone, Ctrl-C is counted, not raised: pressed
     # before the run is recorded, while workers start or before the first results,
     # it stops the run like a press mid-run (summary, --resume, exit 130).  A second

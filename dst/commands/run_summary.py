@@ -63,6 +63,9 @@ class Invocation:
     cluster: str | None = None
     #: Failure groups kept (``--max-groups``).
     max_groups: int = MAX_GROUPS
+    #: ``--every-seed``, and ``--shrink``/``--no-shrink`` as given (None: not given).
+    every_seed: bool = False
+    shrink: bool | None = None
 
     def seeds_text(self) -> str:
         if self.stop is None:
@@ -107,6 +110,10 @@ class Invocation:
             argv += ["--max-groups", str(self.max_groups)]
         if self.seed_timeout is not None:
             argv += ["--seed-timeout", duration_text(self.seed_timeout)]
+        if self.every_seed:
+            argv += ["--every-seed"]
+        if self.shrink is not None:
+            argv += ["--shrink" if self.shrink else "--no-shrink"]
         argv += ["--out", self.out]
         argv += ["--check-determinism"] if self.check_determinism else ["--resume"]
         return " ".join(shlex.quote(a) for a in argv)
@@ -277,6 +284,9 @@ def print_summary(run: Invocation, scen: Scenario, config: dict[str, Any],
         _echo(f"stopped after {run.max_failures:,} failing seed"
                    f"{'s' * (run.max_failures != 1)} (--max-failures {run.max_failures}); "
                    f"the seeds after the last were not run; continue with: {again}")
+    if run.stop is not None and run.status(summary) == "time-up":
+        _echo(f"time up (--for {duration_text(run.duration or 0)}): {summary.runs:,} of "
+              f"{run.stop - run.start:,} seeds run; continue with: {again}")
     if run.check_determinism:
         _echo(f"determinism: {summary.runs - len(summary.nondeterministic):,} of "
                    f"{summary.runs:,} seeds replayed identically")
@@ -404,7 +414,7 @@ def json_document(run: Invocation, scen: Scenario, config: dict[str, Any],
         "not_run": [list(r) for r in summary.not_run],
         "stalled": summary.stalled,
         "resume": again if summary.interrupted or summary.not_run or summary.stopped_early
-        else None,
+        or (run.stop is not None and run.status(summary) == "time-up") else None,
         "coverage": {"probes": sorted(summary.probes_declared),
                      "never_reached": summary.probes_never_reached,
                      "states": len(summary.states)
