@@ -54,11 +54,16 @@ class LostUpdate:
     failing_examples: int
 
 
+#: The Hypothesis seed of the search below: any finds the lost update (the soak asks 19 of
+#: 20); this one finds and shrinks it in fewer examples than most (247; seed 0 takes 315).
+SEARCH_SEED = 3
+
+
 @pytest.fixture(scope="module")
 def lost_update(tmp_path_factory: pytest.TempPathFactory) -> LostUpdate:
     out = tmp_path_factory.mktemp("hypothesis")
     seen: list[DrawnRun] = []
-    failure = _lost_update_test(out, 0, seen)
+    failure = _lost_update_test(out, SEARCH_SEED, seen)
     assert failure is not None, "the default example budget did not find the lost update"
     reported = [run for run in seen if run.trace_path is not None]
     assert len(reported) == 1, [run.trace_path for run in reported]
