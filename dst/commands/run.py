@@ -259,8 +259,8 @@ def _nothing_to_resume(recorder: Recorder, name: str, config: dict[str, Any]) ->
                    "(by default that run, once a second seed confirmed it, stands for it).")
 @click.option("--shrink/--no-shrink", "shrink", default=None,
               help="Shrink the shortest trace of each failure group to its shortest story "
-                   "(OUT/<trace>.min.jsonl) and tell that one; on by default, "
-                   "off by default with --json.")
+                   "(OUT/<trace>.min.jsonl, when one is shorter) and tell that one; on by "
+                   "default, off by default with --json.")
 @click.option("--summary-md", "summary_md", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="Also write a Markdown summary to paste into an issue.")
 @click.option("--junit", "junit_xml", type=click.Path(dir_okay=False), default=None,
@@ -288,7 +288,7 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
     @dst.test is MODULE.NAME); the first --max-groups groups are kept, and the
     failing seeds of any other are counted per invariant.  The shortest trace
     of each group is shrunk to its shortest story, written beside it as
-    OUT/<trace>.min.jsonl (--no-shrink skips it).  Finished seeds are recorded
+    OUT/<trace>.min.jsonl when that is shorter (--no-shrink skips it).  Finished seeds are recorded
     in OUT/results.sqlite, so an interrupted run continues with --resume (a
     run of another file, edited code or other settings starts afresh); `dst
     runs` lists past runs.
@@ -303,8 +303,8 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
 
     Exit status: 0 nothing violated, 1 an invariant violated, 2 bad input,
     3 a seed did not repeat itself (--check-determinism, or two seeds of one
-    schedule told it differently), 4 the scenario itself is broken, 130
-    interrupted.
+    schedule told it differently), 4 the scenario itself is broken, 5 every
+    seed skipped (a @dst.test body's pytest.skip()), 130 interrupted.
     """
     from ..cli import _die  # the core, loaded first
     from ..explore import strategies

@@ -21,8 +21,10 @@ What keeps it honest:
 - Only runs that drew nothing from their seed but through the random walk are
   recorded: a run that read ``sim.seed`` or drew from a seeded generator
   (``dst.sim.seeding.first_draws``) is never stood in for another seed's, nor is
-  a run that ended in an error or diverged.  Any other strategy than the plain
-  random walk, or a fault plan of its own per seed, turns the memo off.
+  a run that dst or its strategy stopped with an error (``sim.error``; an exception
+  in the code under test is part of the run's story), or that diverged.  Any other
+  strategy than the plain random walk, or a fault plan of its own per seed, turns
+  the memo off.
 - A schedule is trusted once two seeds have run it and told the same story: the
   second seed whose walk ends on a recorded run runs for real, and its records
   are compared with the first's; so are the 4th, 8th, 16th... seeds' to arrive
