@@ -29,7 +29,8 @@ def _structlog_restored() -> Iterator[None]:
 #: langsmith (installed with langgraph) registers a pytest plugin that has no part in any
 #: test here; loading it, and rewriting the asserts of its 227 modules, adds about a second
 #: to every pytest a test starts in a child interpreter (some thirty of them), more where
-#: Python may not cache bytecode.  The child runs inherit this through PYTEST_ADDOPTS.
+#: Python may not cache bytecode.  Child runs inherit this through PYTEST_ADDOPTS; the ones
+#: that stand for a user's plain pytest, with no PYTEST_* variable, pass it themselves.
 CHILD_PYTEST_ADDOPTS = "-p no:langsmith_plugin"
 
 

@@ -29,6 +29,7 @@ import pytest
 import dst.commands
 from dst import launcher, testing
 from dst.cli import main
+from tests.conftest import CHILD_PYTEST_ADDOPTS
 
 ROOT = Path(__file__).parent.parent
 PINNED = ROOT / "traces" / "counter-lost-update.jsonl"
@@ -312,8 +313,9 @@ def test_pytest_runs_pins_and_seeds_in_process_under_hash_seed_0(tmp_path: Path)
         "from dst.testing import check_seeds\n\n\n"
         "def test_counter():\n    check_seeds('counter', seeds=20)\n", encoding="utf-8")
     for hash_seed in ("0", None):
-        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
-                              cwd=project, capture_output=True, text=True, timeout=LIMIT,
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                               *CHILD_PYTEST_ADDOPTS.split()], cwd=project,
+                              capture_output=True, text=True, timeout=LIMIT,
                               env={k: v for k, v in _env(PYTHONHASHSEED=hash_seed).items()
                                    if not k.startswith("PYTEST_")})
         assert done.returncode == 0, done.stdout + done.stderr

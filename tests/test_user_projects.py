@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CHILD_PYTEST_ADDOPTS
+
 COUNTER = '''
 import trio
 
@@ -55,8 +57,8 @@ def _env() -> dict[str, str]:
 
 def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                           *args], cwd=cwd, capture_output=True, text=True, check=False,
-                          env=_env(), timeout=300)
+                           *CHILD_PYTEST_ADDOPTS.split(), *args], cwd=cwd,
+                          capture_output=True, text=True, check=False, env=_env(), timeout=300)
 
 
 def _dst(cwd: Path, line: str) -> subprocess.CompletedProcess[str]:
