@@ -27,6 +27,12 @@ class ScenarioError(DstError):
     exit_code = 4
 
 
+class CheckResultError(ScenarioError, TypeError):
+    """A check of the scenario returned something other than ``True``, ``False`` or a
+    message string: an error in the scenario, reported with the check's name and place
+    (a ``TypeError`` too, as Python would call it)."""
+
+
 class TraceFormatError(DstError):
     """A trace file that is not a valid dst trace (truncated, edited, foreign, ...)."""
 

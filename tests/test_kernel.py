@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from dst import Env, FaultPlan, Sim
+from dst.errors import ScenarioError
 from dst.runner.single import replay_trace, run_one
 from dst.sim.strategy import Replay
 
@@ -249,7 +250,8 @@ def test_an_invariant_that_returns_none_is_reported_with_what_to_return() -> Non
 
         sim.process("idle", idle, stores=["db"])
 
-    with pytest.raises(TypeError, match="return True when it holds"):
+    with pytest.raises(ScenarioError, match=r"^invariant Sloppy \(defined at .*test_kernel.py:"
+                       r"\d+\) returned None .*True when it holds, and False or a message"):
         one(inline(setup, invariants={"Sloppy": lambda world: None}))
 
 

@@ -25,6 +25,7 @@ import trio.lowlevel as ll
 
 from ..errors import DivergenceError
 from ..scenario import Check, Scenario
+from ..sim.findings import violation_message
 from ..sim.kernel import Sim
 from .findings import Exploration, Violation
 from .footprint import FOREIGN, ClockTap, Footprint, StepWatch, watch_stores
@@ -154,16 +155,6 @@ def _touched(fp: Footprint, before: Mapping[str, bytes], after: Mapping[str, byt
         fp, touched=frozenset(n for n in names if before.get(n) != after.get(n)))
 
 
-def _message(name: str, result: object) -> str:
-    """What a check's result says (as the kernel reads it): True holds."""
-    if result is False:
-        return f"{name} does not hold"
-    if isinstance(result, str):
-        return result
-    raise TypeError(f"invariant {name} returned {result!r}; return True when it holds, "
-                    "False or a message when it is violated")
-
-
 class _Search:
     def __init__(self, result: Exploration, scenario: Scenario, memory: bool) -> None:
         self.result = result
@@ -233,7 +224,7 @@ class _Search:
         for name, fn in self.invariants.items():
             verdict = fn(world)
             if verdict is not True:
-                out.append((name, _message(name, verdict)))
+                out.append((name, violation_message(name, verdict, fn, None)))
         return out
 
     def choose(self, run: _Run, step: int, labels: tuple[str, ...]) -> int:

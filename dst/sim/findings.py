@@ -10,7 +10,11 @@ that see them (``liveness`` and ``busy``) and recorded the same way.
 
 from __future__ import annotations
 
-from ..errors import ProcessCrashed
+import reprlib
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CheckResultError, ProcessCrashed
 from .blocked import user_frames, users_line
 from .outside import DEFAULT_OWNERS
 from .process import Process
@@ -30,7 +34,7 @@ class Findings(SimState):
             result = check()
             if result is True:
                 continue
-            message = violation_message(name, result)
+            message = violation_message(name, result, check, self._seed)
             self._violate(name, message)
             return True
         if self._pending:
@@ -85,7 +89,8 @@ class Findings(SimState):
         for name, check in self._end_checks:
             result = check()
             ok = result is True
-            message = "" if ok else violation_message(name, result)
+            message = "" if ok else violation_message(name, result, check, self._seed,
+                                                      "end-of-run check")
             self.records.append(("check", self.step, self.now, name, ok, message))
             if not ok:
                 failed.append((name, message))
@@ -99,15 +104,38 @@ class Findings(SimState):
         return "fail" if self.violated else "pass"
 
 
-def violation_message(name: str, result: object) -> str:
-    """What a check's answer other than ``True`` says: ``False``, or its own message."""
+def violation_message(name: str, result: object, check: Callable[..., object],
+                      seed: int | None, kind: str = "invariant") -> str:
+    """What a check's answer other than ``True`` says: ``False``, or its own message.
+
+    Any other answer is an error in the scenario, not a verdict (:func:`wrong_answer`).
+    """
     if result is False:
         return f"{name} does not hold"
     if isinstance(result, str):
         return result
-    raise TypeError(
-        f"invariant {name} returned {result!r}; return True when it holds, "
-        "False or a message when it is violated"
-    )
+    raise wrong_answer(kind, name, check, result, seed)
+
+
+def wrong_answer(kind: str, name: str, check: Callable[..., object], result: object,
+                 seed: int | None) -> CheckResultError:
+    """The one-line error for a check of ``kind`` that returned ``result``, neither
+    ``True``, ``False`` nor a string: named by the check and where the user defined it."""
+    fn: Any = check
+    for attr in ("__func__", "func"):  # the user's function, bound to the world it checks
+        fn = getattr(fn, attr, fn)
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    at = ""
+    if code is not None:
+        from ..registry import shown_path  # an error path: loaded long before a run
+
+        at = f" (defined at {shown_path(code.co_filename)}:{code.co_firstlineno})"
+    what = "None (it returned nothing)" if result is None else \
+        f"{reprlib.repr(result)} ({type(result).__name__})"
+    run = "" if seed is None else f" (seed {seed})"
+    return CheckResultError(
+        f"{kind} {name}{at} returned {what}{run}; a check returns True when it "
+        "holds, and False or a message string saying what is wrong when it does not: "
+        "fix the check to return one of those")
 
 

@@ -20,6 +20,7 @@ import trio.lowlevel as ll
 
 from . import trio_internals
 from .blocked import describe_wait, in_lock_cycle, task_name
+from .findings import wrong_answer
 from .process import EXITED, RUNNING, Incarnation
 from .state import SimState
 
@@ -160,8 +161,11 @@ class Liveness(SimState):
                 still.append(pending)
                 if isinstance(result, str):
                     said[pending[0]] = result
-                else:
+                elif result is False:
                     said.pop(pending[0], None)
+                else:
+                    raise wrong_answer("eventually property", pending[0], pending[1],
+                                       result, self._seed)
         self._pending = still
         if not still:
             if not self._end_checks:

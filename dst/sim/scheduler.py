@@ -278,7 +278,7 @@ class Scheduler(SimState):
             for name, check in self._invariants:
                 result = check()
                 if result is not True:
-                    self._violate(name, violation_message(name, result))
+                    self._violate(name, violation_message(name, result, check, self._seed))
                     return None
             if self._pending and self._check_eventually():
                 return None
