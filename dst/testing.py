@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -300,7 +301,7 @@ def pinned_traces(*directories: str | os.PathLike[str]) -> list[Pin]:
 
 def check_pinned(pin: Pin | str | os.PathLike[str], *, fixed: bool = False,
                  out: str | os.PathLike[str] | None = None, scenario: Scenario | None = None,
-                 _here: bool = False) -> str:
+                 _here: bool = False, _pinning: bool = False) -> str:
     """Replay a pinned trace; raise ``AssertionError`` when it no longer holds.
 
     By default the replay must be identical: every record byte for byte, so the
@@ -311,7 +312,8 @@ def check_pinned(pin: Pin | str | os.PathLike[str], *, fixed: bool = False,
     Returns one line saying what held.  ``scenario``: the pin's scenario, when the
     caller imported its file already (pytest's plugin imports it as pytest imports a
     test file, under the import mode pytest runs in); else dst imports what the pin
-    names.
+    names.  ``_pinning``: the trace is not pinned yet (:func:`pin_trace` asks), so a
+    divergence says why it cannot be, not what to do about a pin.
     """
     p = pin if isinstance(pin, Pin) else read_pin(pin)
     try:
@@ -322,12 +324,16 @@ def check_pinned(pin: Pin | str | os.PathLike[str], *, fixed: bool = False,
     recorded = trace.header.get("hash_seed")
     where = Path(out if out is not None else DEFAULT_OUT)
     if isinstance(recorded, int) and recorded != current_hash_seed() and not _here:
-        return _check_in_child(p, fixed, where, recorded)
+        return _check_in_child(p, fixed, where, recorded, _pinning)
     ok, message = _after_fix(p, trace, scenario, where) if fixed else \
-        _identical(p, trace, scenario)
+        _identical(p, trace, scenario, _pinning)
     if not ok:
         raise AssertionError(message)
     return message
+
+
+#: How the check made before pinning ends when the replay gave no verdict.
+_NOT_PINNED = "; a pin must reproduce its bug exactly, so it was not pinned"
 
 
 def _pinned_scenario(pin: Pin, trace: Trace, *, pinning: bool = False,
@@ -351,8 +357,15 @@ def _pinned_scenario(pin: Pin, trace: Trace, *, pinning: bool = False,
     return scenario
 
 
-def _identical(pin: Pin, trace: Trace, scenario: Scenario) -> tuple[bool, str]:
+def _identical(pin: Pin, trace: Trace, scenario: Scenario,
+               pinning: bool = False) -> tuple[bool, str]:
     result = replay_trace(scenario, trace)
+    if result.divergence is not None and pinning:
+        return False, (f"{pin.path} does not replay against this code, so it was not "
+                       "pinned (a pin must reproduce its bug exactly): "
+                       f"{result.divergence}; record a new trace of the bug with "
+                       f"{_rerun(pin, trace, scenario)} (the seed it came from) and pin that "
+                       "one, or pin this trace against the code it was recorded with")
     if result.divergence is not None:
         return False, (f"{pin.path}: {result.divergence}; the code under test (or the "
                        "scenario) changed since the trace was pinned: if the bug is fixed, "
@@ -387,10 +400,22 @@ def _after_fix(pin: Pin, trace: Trace, scenario: Scenario, out: Path) -> tuple[b
     return True, f"{pin.path}: passes after the fix ({applied})"
 
 
-def _check_in_child(pin: Pin, fixed: bool, out: Path, hash_seed: int) -> str:
+def _rerun(pin: Pin, trace: Trace, scenario: Scenario) -> str:
+    """``dst run REF [-c K=V ...] --seed N``: the trace's seed and config run anew."""
+    config = scenario.checked_config(trace.header["config"])
+    switches = "".join(
+        f" -c {shlex.quote(f'{k}={str(v).lower() if isinstance(v, bool) else v}')}"
+        for k, v in sorted(config.items())
+        if k in scenario.switches and v != scenario.switches[k].default)
+    ref = pin.scenario or scenario.name
+    return visible(f"dst run {shlex.quote(ref)}{switches} --seed {trace.header['seed']}")
+
+
+def _check_in_child(pin: Pin, fixed: bool, out: Path, hash_seed: int,
+                    pinning: bool = False) -> str:
     """:func:`check_pinned` in a fresh interpreter under the trace's hash seed."""
     job = json.dumps({"path": str(pin.path), "note": pin.note, "scenario": pin.scenario,
-                      "fixed": fixed, "out": str(out)})
+                      "fixed": fixed, "out": str(out), "pinning": pinning})
     env = dict(os.environ, PYTHONHASHSEED=str(hash_seed))
     _AWAY["pins"] += 1
     done = subprocess.run(
@@ -402,7 +427,8 @@ def _check_in_child(pin: Pin, fixed: bool, out: Path, hash_seed: int) -> str:
     except (IndexError, ValueError):
         tail = " ".join(done.stderr.strip().splitlines()[-3:])
         raise AssertionError(f"{pin.path}: the replay under hash seed {hash_seed} "
-                             f"stopped without a verdict: {visible(tail)}") from None
+                             f"stopped without a verdict: {visible(tail)}"
+                             + _NOT_PINNED * pinning) from None
     if not ok:
         raise AssertionError(message)
     return str(message)
@@ -438,7 +464,7 @@ def _child() -> None:
     try:
         # _here: even if the interpreter ignored PYTHONHASHSEED, never start another.
         print(json.dumps([True, check_pinned(pin, fixed=job["fixed"], out=job["out"],
-                                             _here=True)]))
+                                             _here=True, _pinning=job["pinning"])]))
     except AssertionError as exc:
         print(json.dumps([False, str(exc)]))
 
@@ -482,10 +508,9 @@ def pin_trace(
     pin = Pin(source, note, scenario)
     try:
         _pinned_scenario(pin, trace, pinning=True)
-        check_pinned(pin)
-    except AssertionError as exc:
-        raise DivergenceError(f"{exc}; a pin must reproduce its bug exactly, so it was "
-                              "not pinned") from None
+        check_pinned(pin, _pinning=True)
+    except AssertionError as exc:  # its message says that it was not pinned, and why
+        raise DivergenceError(str(exc)) from None
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
     stored = scenario
