@@ -407,6 +407,20 @@ def _recorded_by(trace: Trace) -> str:
             f"dst {now[0]} on Python {now[1]} with trio {now[2]})")
 
 
+def _shipped_switches(name: str) -> tuple[str, ...]:
+    """A shipped scenario's switches, in the order it declares them (``dst run`` shows a
+    config so); none for another scenario, or one this install cannot import: its
+    file is not run to show a trace (``--scenario`` names it)."""
+    from .registry import is_shipped, load
+
+    if not is_shipped(name):
+        return ()
+    try:
+        return tuple(load(name).switches)
+    except DstError:
+        return ()
+
+
 @main.command("show")
 @click.argument("trace_path", metavar="TRACE")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "html", "perfetto"]),
@@ -452,22 +466,27 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None,
             problem = "permission denied; choose a path you can write"
         if problem is not None:
             _die(UsageError(f"cannot write -o {output}: {problem}"))
+    switches: tuple[str, ...] = ()
     try:
         trace = read_trace(trace_path)
         if scenario_ref is not None:  # the replay command must run: REF defines the scenario
             from .registry import load
 
-            name = load(scenario_ref).name
-            if name != trace.header["scenario"]:
-                raise UsageError(f"{scenario_ref} defines scenario {name!r}, but "
+            scen = load(scenario_ref)
+            if scen.name != trace.header["scenario"]:
+                raise UsageError(f"{scenario_ref} defines scenario {scen.name!r}, but "
                                  f"{trace_path} is a trace of {trace.header['scenario']!r}")
+            switches = tuple(scen.switches)
+        else:
+            switches = _shipped_switches(str(trace.header["scenario"]))
     except DstError as err:
         _die(err)
     if fmt == "html":
         from .testing import replay_command
         from .trace.html import render_html
 
-        text = render_html(trace, replay=replay_command(trace_path, trace, scenario_ref))
+        text = render_html(trace, replay=replay_command(trace_path, trace, scenario_ref),
+                           switches=switches)
     elif fmt == "perfetto":
         from .trace.perfetto import render_perfetto
 
@@ -477,11 +496,12 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None,
         from .trace.render import render_markdown
 
         text = render_markdown(trace, verbose=verbose,
-                               replay=replay_command(trace_path, trace, scenario_ref))
+                               replay=replay_command(trace_path, trace, scenario_ref),
+                               switches=switches)
     else:
         from .trace.render import render_text
 
-        text = render_text(trace, verbose=verbose)
+        text = render_text(trace, verbose=verbose, switches=switches)
     if output:
         try:
             Path(output).write_text(text, encoding="utf-8")

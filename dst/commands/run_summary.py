@@ -23,10 +23,11 @@ from ..errors import DstError
 from ..runner.bulk import BulkSummary, SeedOutcome
 from ..runner.groups import MAX_GROUPS, GroupBook, Report, Shrunk, shape
 from ..runner.recorder import Recorder
-from ..runner.reports import config_text, not_kept_text, shown_trace
+from ..runner.reports import config_text, not_kept_text, shown_trace, violation_of
 from ..scenario import Scenario
 from ..trace.codec import read_trace
 from ..trace.escape import encodable, visible
+from ..trace.model import Trace
 from ..trace.render import STORY_TAIL, counted, format_time, replay_line, story
 
 #: Failure groups told with their story; the next ``GROUPS_LISTED`` get a line each.
@@ -191,14 +192,36 @@ def _echo(line: str) -> None:
     click.echo(encodable(line))
 
 
+def _where(g: Report, seed: int, found: tuple[Path, Trace] | None) -> str:
+    """Where the headline says the group broke: the step and virtual time of ``seed``'s
+    own trace (kept), never those of another trace; when only the shrunk one is there to
+    read, its step is told as the shrunk trace's."""
+    own = next((path for _, s, path in g.kept if s == seed), None)
+    vio = None
+    if found is not None and found[0] == own:
+        vio = violation_of(found[1])
+    elif own is not None:
+        try:
+            vio = violation_of(read_trace(own))
+        except DstError:
+            vio = None  # deleted or edited since
+    if vio is not None:
+        return f"seed {seed}, step {vio['step']}, virtual {format_time(vio['t'])}"
+    shrunk = g.shrunk
+    vio = violation_of(found[1]) if found is not None and shrunk is not None and \
+        found[0] == shrunk.path else None
+    if shrunk is None or vio is None:
+        return f"seed {seed}"
+    of = f" of seed {shrunk.seed}" if shrunk.seed != seed else ""
+    return f"seed {seed}; shrunk trace{of}: step {vio['step']}, virtual {format_time(vio['t'])}"
+
+
 def _print_group(run: Invocation, title: str, g: Report, number: int, full: bool) -> None:
     steps, seed = g.shortest
     found = shown_trace(g) if full or g.kept else None
     trace = found[1] if found else None
-    vio = next((r for r in trace.records if r["type"] == "violation"), None) if trace else None
-    where = (f"seed {seed}, step {vio['step']}, virtual {format_time(vio['t'])}"
-             if vio else f"seed {seed}")
-    _echo(f"FAIL {title}: {visible(', '.join(g.violated))} violated ({where})")
+    _echo(f"FAIL {title}: {visible(', '.join(g.violated))} violated "
+          f"({_where(g, seed, found)})")
     alike = (f"{g.count:,} failing seeds; first seed {g.first_seed}, shortest seed {seed} "
              f"({counted(steps, 'step')})" if g.count > 1
              else f"1 failing seed ({counted(steps, 'step')})")

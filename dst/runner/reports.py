@@ -69,6 +69,9 @@ class RunFacts:
     #: none did), and whether every seed run did: then the run tested nothing.
     skipped: str | None = None
     skipped_all: bool = False
+    #: Seeds that did not repeat themselves, each with its first difference (a second run
+    #: of the seed, or of its schedule, recorded otherwise): ``dst run`` exits 3.
+    nondeterministic: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def title(self) -> str:
@@ -91,6 +94,21 @@ def not_kept_text(failed: int, by_invariant: dict[str, int], max_groups: int | N
             f"{by}{bound}")
 
 
+#: Nondeterministic seeds a report names; the rest are counted.
+SEEDS_NAMED = 10
+
+
+def nondeterministic_text(facts: RunFacts) -> str:
+    """``N of M seeds did not repeat themselves (seeds 3, 7, ...)``: the run's verdict is
+    not to be trusted, whatever else it found."""
+    seeds = [seed for seed, _ in facts.nondeterministic]
+    n = len(seeds)
+    named = ", ".join(map(str, seeds[:SEEDS_NAMED])) + (
+        f" and {n - SEEDS_NAMED:,} more" if n > SEEDS_NAMED else "")
+    return (f"{n:,} of {facts.runs:,} seeds did not repeat "
+            f"{'themselves' if n != 1 else 'itself'} (seed{'s' * (n != 1)} {named})")
+
+
 def config_text(config: dict[str, Any]) -> str:
     return " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
                     for k, v in config.items())
@@ -107,7 +125,7 @@ def shown_trace(report: Report) -> tuple[Path, Trace] | None:
     return None
 
 
-def _violation(trace: Trace) -> dict[str, Any] | None:
+def violation_of(trace: Trace) -> dict[str, Any] | None:
     return next((r for r in trace.records if r["type"] == "violation"), None)
 
 
@@ -124,6 +142,11 @@ def markdown(facts: RunFacts) -> str:
             f"group{'s' * (n != 1 or bool(more))}" if facts.failed
             else f"nothing tested, every one of {facts.runs:,} seeds skipped"
             if facts.skipped_all else f"no failures in {facts.runs:,} seeds")
+    if facts.nondeterministic:  # never "no failures": dst run exits 3
+        k = len(facts.nondeterministic)
+        head = (f"{k:,} seed{'s' * (k != 1)} did not repeat "
+                f"{'themselves' if k != 1 else 'itself'}"
+                + (f"; {head}" if facts.failed else ""))
     out = [f"### dst run {md(facts.scenario)}: {head}", "",
            f"- scenario: {md(facts.scenario)}",
            f"- config: {md(config_text(facts.config)) or 'defaults'}",
@@ -136,6 +159,12 @@ def markdown(facts: RunFacts) -> str:
            f"trio {md(trio.__version__)})", ""]
     if facts.stalled:
         out += [f"**Incomplete:** {md(facts.stalled)}", ""]
+    if facts.nondeterministic:
+        seed, difference = facts.nondeterministic[0]
+        out += [f"**Nondeterministic:** {md(nondeterministic_text(facts))}, so what they "
+                "found cannot be replayed (`dst run` exits 3). The first difference, "
+                f"seed {seed}:", "", *[f"    {visible(line)}" for line in
+                                         difference.splitlines() or [""]], ""]
     if facts.skipped:
         out += [f"**{'Nothing tested' if facts.skipped_all else 'Skipped'}:** "
                 f"{md(facts.skipped)}", ""]
@@ -166,7 +195,7 @@ def _markdown_story(g: Report, replay_of: Callable[[Path], str]) -> list[str]:
     if found is None:
         return ["(no trace of this group is kept: run its shortest seed again, below)"]
     path, trace = found
-    vio = _violation(trace)
+    vio = violation_of(trace)
     lines: list[str] = []
     if vio is not None:
         lines += [f"**{md(str(vio['invariant']))} violated** at step {vio['step']}: "
@@ -189,8 +218,9 @@ def _markdown_story(g: Report, replay_of: Callable[[Path], str]) -> list[str]:
 
 def junit(facts: RunFacts) -> str:
     """JUnit XML: a failing test case per group (and one for the failing seeds in groups
-    not kept); the scenario and config's own test case when nothing failed or a worker
-    had to be stopped (its error).  Every count is of test cases: failures <= tests.
+    not kept, and one for the seeds that did not repeat themselves); the scenario and
+    config's own test case when nothing failed or a worker had to be stopped (its
+    error).  Every count is of test cases: failures <= tests.
 
     Valid under both schemas CI servers read: Jenkins' (``junit-10.xsd``) and the
     stricter one of Ant's JUnit task (``JUnit.xsd``).  So ``<testsuites>`` has no
@@ -203,7 +233,7 @@ def junit(facts: RunFacts) -> str:
     import xml.etree.ElementTree as ET  # only for --junit
 
     unkept = facts.not_kept_line()
-    failures = len(facts.groups) + (1 if unkept else 0)
+    failures = len(facts.groups) + (1 if unkept else 0) + (1 if facts.nondeterministic else 0)
     errors = 1 if facts.stalled else 0
     tests = failures + (1 if errors or not failures else 0)
     # Every seed skipped, and nothing else to say: the run's own case is skipped, not passed.
@@ -253,6 +283,16 @@ def junit(facts: RunFacts) -> str:
                              name=_xml(f"{facts.title} groups not kept"), time=untimed)
         ET.SubElement(case, "failure", message=unkept,
                       type=_xml(", ".join(sorted(facts.not_kept))))
+    if facts.nondeterministic:
+        seed, difference = facts.nondeterministic[0]
+        first = difference.splitlines()[0] if difference else ""
+        case = ET.SubElement(suite, "testcase", classname=classname,
+                             name=_xml(f"{facts.title} nondeterministic"), time=untimed)
+        fail = ET.SubElement(case, "failure", type="nondeterministic", message=_xml(
+            f"{nondeterministic_text(facts)}; first difference, seed {seed}: {first}"))
+        fail.text = "\n".join(_xml(f"seed {s}: {line}" if i == 0 else f"    {line}")
+                              for s, text in facts.nondeterministic[:SEEDS_NAMED]
+                              for i, line in enumerate(text.splitlines() or [""]))
     ET.SubElement(suite, "system-out")
     ET.SubElement(suite, "system-err")
     ET.indent(suites)

@@ -37,15 +37,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import __version__
 from .causes import why
 from .escape import visible
 from .model import Trace
-from .render import counted, describe, format_time, run_title, shrunk_note
+from .render import config_line, counted, describe, format_time, run_title, shrunk_note
 from .timeline import Arrow, Mark, Span, Timeline, timeline
 
 #: Height of a lane, of the time axis above the lanes, and the columns a time jump adds.
@@ -131,8 +130,10 @@ class _Geometry:
         return _AXIS_H + self.rows[key] * _LANE_H + _LANE_H / 2
 
 
-def render_html(trace: Trace, *, replay: str | None = None) -> str:
-    """``trace`` as one HTML page; ``replay`` is the command that replays it, if known."""
+def render_html(trace: Trace, *, replay: str | None = None,
+                switches: Sequence[str] = ()) -> str:
+    """``trace`` as one HTML page; ``replay`` is the command that replays it, if known;
+    ``switches``: its scenario's, in the order it declares them (its config's order)."""
     tl = timeline(trace)
     geo = _Geometry(tl)
     h, f = trace.header, trace.footer
@@ -149,7 +150,7 @@ def render_html(trace: Trace, *, replay: str | None = None) -> str:
         f"<title>dst: {_text(title)}</title>",
         f"<style>{_CSS}</style></head>",
         "<body>",
-        *_summary(tl, replay),
+        *_summary(tl, replay, switches),
         _LEGEND,
         '<div class="main"><section class="lanes" aria-label="swimlanes">',
         *_names(tl),
@@ -163,7 +164,7 @@ def render_html(trace: Trace, *, replay: str | None = None) -> str:
 # -- the summary -----------------------------------------------------------------------
 
 
-def _summary(tl: Timeline, replay: str | None) -> list[str]:
+def _summary(tl: Timeline, replay: str | None, switches: Sequence[str] = ()) -> list[str]:
     h, f = tl.trace.header, tl.trace.footer
     verdict = str(f.get("verdict", "?"))
     violated = ", ".join(f.get("violated", []))
@@ -187,8 +188,7 @@ def _summary(tl: Timeline, replay: str | None) -> list[str]:
         out += ['<ul class="why" aria-label="why">',
                 *[f"<li>{_text(line)}</li>" for line in causes], "</ul>"]
     out.append("<dl>")
-    config = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
-                      for k, v in sorted(h["config"].items()))
+    config = config_line(h["config"], switches)
     rows: list[tuple[str, str]] = [
         ("scenario", _text(h["scenario"])),
         ("config", f"<code>{_text(config) or 'defaults'}</code>"),

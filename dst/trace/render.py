@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from .. import __version__
@@ -41,10 +42,15 @@ def fields(values: dict[str, Any]) -> str:
                     for k, v in sorted(values.items()))
 
 
-def _config(config: dict[str, Any]) -> str:
-    """``key=value`` as ``-c`` takes it: strings bare, the rest as JSON (``false``, ``2``)."""
+def config_line(config: dict[str, Any], switches: Sequence[str] = ()) -> str:
+    """``key=value`` as ``-c`` takes it: strings bare, the rest as JSON (``false``, ``2``).
+
+    In the order the scenario declares its ``switches`` (as ``dst run`` shows a config),
+    when they are known; the rest, or all without them, in the order of ``config`` (a
+    trace file's header holds its keys sorted)."""
+    order = [k for k in switches if k in config] + [k for k in config if k not in switches]
     return " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
-                    for k, v in sorted(config.items()))
+                    for k, v in ((k, config[k]) for k in order))
 
 
 #: How each fault kind is told; a kind without an entry is told generically, so a
@@ -176,12 +182,13 @@ def run_title(header: dict[str, Any]) -> str:
     return f"seed {header['seed']}" if origin is None else f"seed {origin} (shrunk)"
 
 
-def render_text(trace: Trace, *, verbose: bool = False) -> str:
+def render_text(trace: Trace, *, verbose: bool = False, switches: Sequence[str] = ()) -> str:
+    """``trace`` as a timeline; ``switches``: its scenario's, in the order it declares them."""
     h, f = trace.header, trace.footer
     shrunk = shrunk_note(h)
     seed = (f"seed {h['seed']} ({h['strategy']})" if shrunk is None
             else f"seed {h['shrunk_from']} ({shrunk})")
-    out = [visible(f"{h['scenario']} [{_config(h['config'])}] {seed}")]
+    out = [visible(f"{h['scenario']} [{config_line(h['config'], switches)}] {seed}")]
     lines = story(trace, verbose=verbose)
     actor_w = max([len(a) for _, _, a, _ in lines] + [5])
     time_w = max([len(t) for _, t, _, _ in lines] + [0])
@@ -207,7 +214,8 @@ def replay_line(path: str, scenario_ref: str | None = None) -> str:
     return line + (f" --scenario {shlex.quote(scenario_ref)}" if scenario_ref else "")
 
 
-def render_markdown(trace: Trace, *, verbose: bool = False, replay: str | None = None) -> str:
+def render_markdown(trace: Trace, *, verbose: bool = False, replay: str | None = None,
+                    switches: Sequence[str] = ()) -> str:
     """A bug report in GitHub Markdown: what ran, the verdict, the story, how to replay it.
 
     The story is told twice on purpose: as a numbered list of what happened (the
@@ -236,7 +244,7 @@ def render_markdown(trace: Trace, *, verbose: bool = False, replay: str | None =
     else:
         out += [f"**No check violated** (ended {md(str(f.get('ended')))}).", ""]
     out += [f"- scenario: {md(h['scenario'])}",
-            f"- config: {md(_config(h['config'])) or 'defaults'}",
+            f"- config: {md(config_line(h['config'], switches)) or 'defaults'}",
             f"- seed: {h['seed']} (strategy {md(h['strategy'])})" if shrunk_note(h) is None
             else f"- seed: {h['shrunk_from']} ({md(str(shrunk_note(h)))})",
             f"- verdict: {md(verdict)} (violated: {md(violated) or 'nothing'}); "
