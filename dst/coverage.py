@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .errors import ScenarioError
+from .sim.findings import defined_at
 from .sim.kernel import ACTIVE, Sim
 
 #: The actor of the trace event a probe records the first time it holds in a run.
@@ -112,7 +113,7 @@ def watch_states(sim: Sim, scenario: str, fingerprint: Callable[[], Any]) -> Non
             key = _freeze(value)
             if key in seen:
                 return True
-        seen[key] = _digest(value, scenario)
+        seen[key] = _digest(value, scenario, fingerprint)
         return True
 
     sim.invariant("fingerprint", take)
@@ -140,17 +141,17 @@ def _encode(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def _canonical(value: Any, scenario: str) -> str:
+def _canonical(value: Any, scenario: str, fingerprint: Callable[[], Any]) -> str:
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_encode)
     except (TypeError, ValueError) as exc:
         raise ScenarioError(
-            f"the fingerprint of {scenario} returned {type(value).__name__} holding {exc}, "
-            "which has no stable text; return JSON values, tuples, frozensets, strings "
-            "and numbers") from None
+            f"the fingerprint of {scenario}{defined_at(fingerprint)} returned a value with no "
+            f"stable text ({type(value).__name__} holding {exc}); return JSON values, tuples, "
+            "frozensets, strings and numbers") from None
 
 
-def _digest(value: Any, scenario: str) -> int:
+def _digest(value: Any, scenario: str, fingerprint: Callable[[], Any]) -> int:
     """A 64-bit digest of the value's canonical text: the same in every process."""
-    text = _canonical(value, scenario)
+    text = _canonical(value, scenario, fingerprint)
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")

@@ -136,3 +136,22 @@ def test_checks_answering_false_or_a_message_still_fail_the_run(
     done = invoke("run", "answers42.py", "--seeds", "3", "--out", "x")
     assert done.exit_code == 1, done.output
     assert said in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "answers42.py", "--seeds", "2", "--out", "x"],
+    ["explore", "answers42.py", "--out", "x"],
+])
+def test_a_fingerprint_returning_a_value_with_no_stable_text_names_where_it_is_defined(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = _bank("True").replace('@scenario.invariant("NoOverdraft")', (
+        "@scenario.fingerprint\ndef state(account: Any) -> Any:\n    return object()\n\n\n"
+        '@scenario.invariant("NoOverdraft")'))
+    Path("answers42.py").write_text(text, encoding="utf-8")
+    done = invoke(*command)
+    assert done.exit_code == 4, done.output
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.output
+    line = _decorator_line(text, "@scenario.fingerprint")
+    assert done.stderr.startswith(f"error: the fingerprint of bank (defined at answers42.py:{line})"
+                                  " returned a value with no stable text ("), done.stderr

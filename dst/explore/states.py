@@ -30,6 +30,7 @@ from typing import Any
 import trio.lowlevel as ll
 
 from ..errors import ScenarioError
+from ..sim.findings import defined_at
 from ..sim.kernel import Sim
 from ..sim.outside import state as outside_state
 from .memory import Reads, shared_objects, tasks_memory, write
@@ -130,7 +131,8 @@ def state_key(sim: Sim, world: Any, fingerprint: Callable[[Any], Any] | None,
         world_text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=_encode)
     except (TypeError, ValueError) as exc:
         raise ScenarioError(
-            f"the fingerprint of {scenario} returned a value with no stable text ({exc}); "
+            f"the fingerprint of {scenario}{defined_at(fingerprint)} returned a value with no "
+            f"stable text ({exc}); "
             "return JSON values, tuples, frozensets, strings and numbers") from None
     text = repr((kernel, world_text))
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

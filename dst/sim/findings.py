@@ -121,15 +121,7 @@ def wrong_answer(kind: str, name: str, check: Callable[..., object], result: obj
                  seed: int | None) -> CheckResultError:
     """The one-line error for a check of ``kind`` that returned ``result``, neither
     ``True``, ``False`` nor a string: named by the check and where the user defined it."""
-    fn: Any = check
-    for attr in ("__func__", "func"):  # the user's function, bound to the world it checks
-        fn = getattr(fn, attr, fn)
-    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
-    at = ""
-    if code is not None:
-        from ..registry import shown_path  # an error path: loaded long before a run
-
-        at = f" (defined at {shown_path(code.co_filename)}:{code.co_firstlineno})"
+    at = defined_at(check)
     what = "None (it returned nothing)" if result is None else \
         f"{reprlib.repr(result)} ({type(result).__name__})"
     run = "" if seed is None else f" (seed {seed})"
@@ -139,3 +131,14 @@ def wrong_answer(kind: str, name: str, check: Callable[..., object], result: obj
         "fix the check to return one of those")
 
 
+def defined_at(fn: Any) -> str:
+    """`` (defined at FILE:LINE)`` of the scenario's function behind ``fn`` (bound to the
+    world it looks at, or not), for an error about what it returned; "" when it has no code."""
+    for attr in ("__func__", "func"):
+        fn = getattr(fn, attr, fn)
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    if code is None:
+        return ""
+    from ..registry import shown_path  # an error path: loaded long before a run
+
+    return f" (defined at {shown_path(code.co_filename)}:{code.co_firstlineno})"
