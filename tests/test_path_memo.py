@@ -467,3 +467,18 @@ def test_schedules_of_thousands_of_steps_stop_the_recording_before_memory_runs_o
     assert stats is not None and not stats.on and stats.disagreement is None
     assert 0 < stats.paths <= MAX_KEPT // 10_000 + 2 < MAX_PATHS
     assert stats.reused > 0
+
+
+def test_the_reports_of_a_run_that_told_nondeterminism_do_not_say_it_passed(
+        tmp_path: Path) -> None:
+    (tmp_path / "leaky.py").write_text(LEAKY_FILE, encoding="utf-8")
+    junit, md = tmp_path / "r.xml", tmp_path / "r.md"
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "leaky.py"), "--seeds", "50",
+                                       "--workers", "1", "--out", str(tmp_path / "out"),
+                                       "--junit", str(junit), "--summary-md", str(md)])
+    assert result.exit_code == 3, result.output
+    xml = junit.read_text(encoding="utf-8")
+    assert 'failures="1"' in xml and "nondeterministic" in xml
+    assert "seeds 0 and 1 took the same decisions" in xml
+    assert md.read_text(encoding="utf-8").startswith(
+        "### dst run leaky: 1 seed did not repeat itself")

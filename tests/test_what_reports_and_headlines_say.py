@@ -123,7 +123,7 @@ def odd(seed: int) -> bool:
 '''
 
 
-def test_dst_show_writes_a_shipped_scenarios_config_in_the_order_dst_run_does(
+def test_dst_show_scenario_writes_a_shipped_scenarios_config_in_the_order_dst_run_does(
     tmp_path: Path,
 ) -> None:
     runner = CliRunner()
@@ -133,12 +133,16 @@ def test_dst_show_writes_a_shipped_scenarios_config_in_the_order_dst_run_does(
     shown = "[cas=false workers=2 increments=7]"  # declared so; sorted, increments is first
     assert f"FAIL counter {shown}:" in run.stdout
     [trace] = sorted((tmp_path / "t").glob("counter-*.jsonl"))
-    text = runner.invoke(main, ["show", str(trace)]).stdout
+    given = ["--scenario", "counter"]
+    text = runner.invoke(main, ["show", str(trace), *given]).stdout
     assert text.splitlines()[0].startswith(f"counter {shown} seed 5")
-    md = runner.invoke(main, ["show", str(trace), "--format", "markdown"]).stdout
+    md = runner.invoke(main, ["show", str(trace), "--format", "markdown", *given]).stdout
     assert "- config: cas=false workers=2 increments=7\n" in md
-    page = runner.invoke(main, ["show", str(trace), "--format", "html"]).stdout
+    page = runner.invoke(main, ["show", str(trace), "--format", "html", *given]).stdout
     assert "<code>cas=false workers=2 increments=7</code>" in page
+    # Without --scenario nothing is imported to show a trace: the header's (sorted) order.
+    bare = runner.invoke(main, ["show", str(trace)]).stdout
+    assert bare.splitlines()[0].startswith("counter [cas=false increments=7 workers=2] seed 5")
 
 
 def test_dst_show_scenario_writes_a_users_config_in_its_declaration_order(

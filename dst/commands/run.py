@@ -459,7 +459,9 @@ def command(scenario: str, switches: tuple[tuple[str, str], ...], seeds: int | N
                          not_kept_failed=summary.groups.not_kept_failed,
                          max_groups=max_groups,
                          skipped=skipped_text(summary) if summary.skipped else None,
-                         skipped_all=all_skipped(summary))
+                         skipped_all=all_skipped(summary),
+                         nondeterministic=[(o.seed, o.nondeterminism or "")
+                                           for o in summary.nondeterministic])
         try:
             if summary_md:
                 write_report(summary_md, markdown(facts))
