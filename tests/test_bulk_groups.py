@@ -309,7 +309,7 @@ def test_x_alone_stops_at_the_first_failure_and_says_how_to_continue(tmp_path: P
                     "--no-shrink", "--out", str(tmp_path))
     assert result.exit_code == 1, result.output
     assert "stopped after 1 failing seed (--max-failures 1)" in result.stdout
-    assert "--max-failures 1 --out" in result.stdout and "--resume" in result.stdout
+    assert "--max-failures 1 --no-shrink --out" in result.stdout and "--resume" in result.stdout
     assert any(line.startswith("counter [cas=false workers=2 increments=7]: 1 run, 1 failed")
                for line in result.stdout.splitlines())
     assert len(list(tmp_path.glob("*.jsonl"))) == 1  # the one failure's trace is kept

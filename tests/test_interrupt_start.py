@@ -122,7 +122,7 @@ def _check_interrupted(proc: subprocess.CompletedProcess[str]) -> list[str]:
     [line] = [line for line in proc.stdout.splitlines() if line.startswith(INTERRUPTED)]
     again = shlex.split(line[len(INTERRUPTED):])
     assert again == ["dst", "run", "noted.py", "--seeds", str(SEEDS), "--workers", "2",
-                     "--out", "out", "--resume"], line
+                     "--no-shrink", "--out", "out", "--resume"], line
     return again[2:]
 
 
