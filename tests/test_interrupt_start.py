@@ -28,7 +28,9 @@ from dst.runner.results import ResultsDB
 
 #: Generous: each command takes a second or two on an idle machine.
 LIMIT = 60
-SEEDS = 400
+#: Enough that the seeds cannot all finish while the test waits to press Ctrl-C, even when a
+#: loaded machine holds it back for a moment (two workers run 400 in a fifth of a second).
+SEEDS = 3000
 
 NOTED = '''
 from dst import Env, Scenario, Sim

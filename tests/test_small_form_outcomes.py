@@ -254,13 +254,20 @@ def test_an_uncaught_error_in_a_body_is_told_at_the_test_file_s_line_never_dst_s
     first = message.splitlines()[0]
     assert first.startswith(f"{name}: NoUncaughtError violated (seed 0, "), first
     assert f"raised ValueError: card declined at {at}" in first, first
-    assert "small.py" not in message and "dst/" not in message, message
+    assert not _names_dst_frames(message), message
     ran = invoke("run", f"{__file__}::{name}", "--seeds", "3", "--workers", "1")
     assert ran.exit_code == 1 and f"card declined at {at}" in ran.stdout, ran.output
     shown = invoke("show", "--verbose", shlex.split(_replay_line(ran.stdout))[2])
     assert shown.exit_code == 0 and f"  in {at}" in shown.stdout, shown.output
     for told in (ran.stdout, shown.stdout):
-        assert "small.py" not in told and "dst/" not in told, told
+        assert not _names_dst_frames(told), told
+
+
+def _names_dst_frames(text: str) -> bool:
+    """Whether ``text`` names a file of dst's own (the checkout holding these tests may itself
+    be a directory called dst: a replay line names the test file under it)."""
+    return "small.py" in text or any(f"dst/{part}/" in text for part in
+                                      ("small", "sim", "runner", "commands", "trace"))
 
 
 def test_a_test_skipped_on_some_seeds_passed_on_the_others_and_says_how_many(
