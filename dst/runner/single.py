@@ -66,7 +66,7 @@ def _result(scenario: Scenario, config: dict[str, Any], sim: Sim) -> RunResult:
     # Positional, in the order of the fields: keyword arguments to a class cost a
     # dict per call, and this runs once per seed.
     return RunResult(
-        sim.seed,  # seed
+        sim._seed,  # seed (not the property: dst reading it is no draw from it)
         sim.verdict,  # verdict
         list(sim.violated),  # violated
         sim.step,  # steps
